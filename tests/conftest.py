@@ -1,0 +1,43 @@
+import os
+import random
+
+os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # as the CLI does: see zoomattn/__main__.py
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from zoomattn.data.tokenizer import build_tokenizer  # noqa: E402
+from zoomattn.data.world import FactSampler, World  # noqa: E402
+
+SMALL_MODEL = dict(hidden=32, layers=4, heads=4, kv_heads=2, intermediate=64, max_positions=256)
+
+
+@pytest.fixture(scope="session")
+def world() -> World:
+    return World.generate(seed=7, n_entities=60, n_famous=5)
+
+
+@pytest.fixture
+def sampler(world) -> FactSampler:
+    return FactSampler(world, random.Random(0))
+
+
+@pytest.fixture(scope="session")
+def tokenizer(world):
+    return build_tokenizer(world.words())
+
+
+@pytest.fixture(scope="session")
+def base_dir(tmp_path_factory, tokenizer):
+    """A small random Llama saved with save_pretrained, as the pretrain stage saves ours."""
+    from transformers import LlamaForCausalLM
+
+    from zoomattn.modeling.pretrain import llama_config
+
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("base")
+    model = LlamaForCausalLM(llama_config(len(tokenizer), SMALL_MODEL, tokenizer))
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

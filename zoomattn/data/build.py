@@ -1,0 +1,90 @@
+"""Building the data of one preset: the world and tokenizer, the training mix, each eval set.
+
+Each stage writes one directory: the split stored with ``datasets`` (Arrow, under ``arrow/``),
+the same records as ``records.jsonl``, and ``manifest.json`` with the count, the content hash and
+the settings that produced it. Eval sets are seeded from (world seed, benchmark, noise ratio), so
+adding a benchmark leaves every other set, and every model, untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from datasets import Dataset, load_from_disk
+
+from zoomattn.data.tasks import benchmark_examples, training_mix
+from zoomattn.data.tokenizer import save_tokenizer
+from zoomattn.data.world import World
+from zoomattn.io import atomic_dir, sha256_files, write_json
+
+
+def derived_seed(*parts) -> int:
+    return int(hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:8], 16)
+
+
+def build_world(cfg: dict, out_dir: Path) -> dict:
+    d = cfg["data"]
+    world = World.generate(cfg["world_seed"], d["n_entities"], d["n_famous"])
+    with atomic_dir(out_dir) as tmp:
+        world.save(tmp / "world.json")
+        tok = save_tokenizer(world.words(), tmp / "tokenizer")
+        manifest = {
+            "world_seed": cfg["world_seed"],
+            "entities": len(world.entities),
+            "famous": len(world.famous),
+            "vocab_size": len(tok),
+            "sha256": sha256_files([tmp / "world.json"]),
+        }
+        write_json(tmp / "manifest.json", manifest)
+    return manifest
+
+
+def _write_split(records: list[dict], out_dir: Path, settings: dict) -> dict:
+    with atomic_dir(out_dir) as tmp:
+        Dataset.from_list(records).save_to_disk(tmp / "arrow")
+        jsonl = tmp / "records.jsonl"
+        jsonl.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+        manifest = {"examples": len(records), "sha256": sha256_files([jsonl]), **settings}
+        write_json(tmp / "manifest.json", manifest)
+    return manifest
+
+
+def build_train(cfg: dict, world_dir: Path, out_dir: Path) -> dict:
+    d = cfg["data"]
+    world = World.load(Path(world_dir) / "world.json")
+    longest = max((b.get("chunks", 2) for b in cfg["benchmarks"].values()), default=2)
+    seed = derived_seed(cfg["world_seed"], "train")
+    records = training_mix(world, d["train_mix"], d["n_train"], d["max_noise"], longest, seed)
+    return _write_split(
+        records,
+        out_dir,
+        {
+            "train_mix": d["train_mix"],
+            "max_noise": d["max_noise"],
+            "long_chunks": longest,
+            "seed": seed,
+        },
+    )
+
+
+def build_eval(
+    cfg: dict, world_dir: Path, benchmark: str, noise_ratio: float, out_dir: Path
+) -> dict:
+    spec = cfg["benchmarks"][benchmark]
+    world = World.load(Path(world_dir) / "world.json")
+    seed = derived_seed(cfg["world_seed"], benchmark, noise_ratio)
+    records = benchmark_examples(world, benchmark, spec, noise_ratio, cfg["data"]["n_eval"], seed)
+    return _write_split(
+        records,
+        out_dir,
+        {"benchmark": benchmark, "spec": spec, "noise_ratio": noise_ratio, "seed": seed},
+    )
+
+
+def load_split(split_dir: Path) -> list[dict]:
+    path = Path(split_dir) / "arrow"
+    if not (Path(split_dir) / "manifest.json").exists():
+        raise FileNotFoundError(f"{split_dir}: no complete split here (manifest.json missing)")
+    return load_from_disk(str(path)).to_list()
