@@ -1,0 +1,50 @@
+import pytest
+import torch
+
+from zoomattn.attention.math import attention_probs, last_row_probs, repeat_kv, sdpa
+
+
+def _qkv(b=2, h=4, hkv=2, n=7, d=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (
+        torch.randn(b, h, n, d, generator=g),
+        torch.randn(b, hkv, n, d, generator=g),
+        torch.randn(b, hkv, n, d, generator=g),
+    )
+
+
+def left_padding_mask(lengths, n):
+    """Boolean [B, 1, n, n] causal mask with left padding, as transformers' sdpa_mask builds it."""
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    rows = []
+    for length in lengths:
+        keep = torch.arange(n) >= n - length
+        rows.append(causal & keep[None, :])
+    return torch.stack(rows)[:, None]
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_fused_sdpa_equals_materialised_softmax_with_gqa(padded):
+    q, k, v = _qkv()
+    mask = left_padding_mask([7, 4], 7) if padded else None
+    ref = attention_probs(q, k, mask) @ repeat_kv(v, 4)
+    out = sdpa(q, k, v, mask)
+    valid = slice(None) if not padded else slice(3, None)  # padded query rows are don't-care
+    torch.testing.assert_close(out[1, :, valid], ref[1, :, valid], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out[0], ref[0], atol=1e-5, rtol=1e-5)
+
+
+def test_last_row_equals_the_last_row_of_the_matrix():
+    q, k, _ = _qkv()
+    mask = left_padding_mask([7, 5], 7)
+    torch.testing.assert_close(last_row_probs(q, k, mask), attention_probs(q, k, mask)[:, :, -1])
+    assert torch.allclose(last_row_probs(q, k, mask).sum(-1), torch.ones(2, 4))
+
+
+def test_single_decoding_step_attends_to_every_cached_key():
+    q, k, v = _qkv(n=5)
+    out = sdpa(q[:, :, -1:], k, v)
+    ref = torch.softmax(q[:, :, -1:] @ repeat_kv(k, 4).transpose(-1, -2) / 8**0.5, -1) @ repeat_kv(
+        v, 4
+    )
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)

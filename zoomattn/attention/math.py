@@ -1,0 +1,65 @@
+"""Attention math shared by every method: fused SDPA, the materialised reference, last-row probes.
+
+Shapes follow transformers' attention interface: q ``[B, H, L, D]``, k/v ``[B, H_kv, S, D]``
+(post-RoPE, KV heads not yet repeated for GQA), mask ``None`` or boolean ``[B, 1, L, S]`` with
+True where attention is allowed.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Expand KV heads to the query heads of their group (GQA)."""
+    n_rep = n_heads // x.shape[1]
+    return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
+
+
+def _causal_flag(mask: torch.Tensor | None, q_len: int, k_len: int) -> bool:
+    """With no mask, prefill is causal; a single decoding step sees every cached key."""
+    if mask is not None or q_len == 1:
+        return False
+    if q_len != k_len:
+        raise ValueError(f"unmasked attention with {q_len} queries over {k_len} keys is ambiguous")
+    return True
+
+
+def sdpa(q, k, v, mask=None, scaling=None) -> torch.Tensor:
+    """Fused attention (no N×N matrix is kept): softmax(q kᵀ·scale + mask) v, GQA-aware."""
+    return F.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=mask,
+        is_causal=_causal_flag(mask, q.shape[2], k.shape[2]),
+        scale=scaling,
+        enable_gqa=k.shape[1] != q.shape[1],
+    )
+
+
+def additive_mask(mask, q_len: int, k_len: int, dtype, device) -> torch.Tensor:
+    """Boolean/absent mask as an additive one; finfo.min (not -inf) keeps padded rows finite."""
+    if mask is None:
+        allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+        if q_len > 1:
+            allowed = allowed.tril()
+        mask = allowed[None, None]
+    neg = torch.finfo(dtype).min
+    return torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(~mask, neg)
+
+
+def attention_probs(q, k, mask=None, scaling=None) -> torch.Tensor:
+    """Materialised softmax(q kᵀ·scale + mask): ``[B, H, L, S]``. Reference and probes only."""
+    scaling = q.shape[-1] ** -0.5 if scaling is None else scaling
+    k = repeat_kv(k, q.shape[1])
+    scores = q @ k.transpose(-1, -2) * scaling
+    scores = scores + additive_mask(mask, q.shape[2], k.shape[2], scores.dtype, scores.device)
+    return scores.softmax(dim=-1)
+
+
+def last_row_probs(q, k, mask=None, scaling=None) -> torch.Tensor:
+    """Attention of the last query position only: ``[B, H, S]`` (one row, never the matrix)."""
+    row_mask = None if mask is None else mask[:, :, -1:, :]
+    return attention_probs(q[:, :, -1:], k, row_mask, scaling)[:, :, 0]

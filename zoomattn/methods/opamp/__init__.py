@@ -1,0 +1,3 @@
+from zoomattn.methods.opamp.config import OpAmpConfig
+
+__all__ = ["OpAmpConfig"]

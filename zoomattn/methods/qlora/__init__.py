@@ -1,0 +1,3 @@
+from zoomattn.methods.qlora.config import QLoRAConfig
+
+__all__ = ["QLoRAConfig"]
