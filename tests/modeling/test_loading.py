@@ -1,0 +1,59 @@
+import json
+
+import pytest
+import torch
+
+from zoomattn.modeling.loading import (
+    METHOD_FILE,
+    build_trainable,
+    load_finetuned,
+    save_finetuned,
+)
+
+LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj", "down_proj"]}
+NF4 = {"load_in_4bit": True, "quant_type": "nf4", "double_quant": True, "compute_dtype": "float32"}
+OPAMP = {"K": 10, "adapter_dim": 8, "every": 2, "dropout": 0.0}
+IDS = torch.tensor([[1, 5, 9, 12, 7, 30, 4, 8]])
+
+
+def _train_a_little(model):
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.05)
+
+
+def test_base_is_quantised_to_4bit_and_only_lora_and_zoom_train(base_dir):
+    import bitsandbytes as bnb
+
+    model = build_trainable(base_dir, "opamp", OPAMP, LORA, NF4)
+    assert any(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n or ".zoom." in n for n in trainable)
+    assert any(".zoom.q1." in n for n in trainable)
+    zoom = [p for n, p in model.named_parameters() if ".zoom." in n]
+    assert all(p.dtype == torch.float32 for p in zoom)  # adapters stay unquantised
+
+
+@pytest.mark.parametrize("method,values", [("qlora", {}), ("opamp", OPAMP)])
+def test_finetuned_model_reloads_to_identical_logits(base_dir, tmp_path, method, values):
+    model = build_trainable(base_dir, method, values, LORA, NF4).eval()
+    _train_a_little(model)
+    with torch.no_grad():
+        want = model(input_ids=IDS).logits
+    save_finetuned(model, tmp_path, method, values)
+    reloaded = load_finetuned(tmp_path, base_dir, NF4)
+    with torch.no_grad():
+        got = reloaded(input_ids=IDS).logits
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+def test_reloading_with_another_layer_spacing_fails_naming_the_file(base_dir, tmp_path):
+    """The official eval scripts attached adapters with another spacing than training did."""
+    model = build_trainable(base_dir, "opamp", OPAMP, LORA, NF4)
+    save_finetuned(model, tmp_path, "opamp", OPAMP)
+    spec = json.loads((tmp_path / METHOD_FILE).read_text())
+    spec["config"]["every"] = 1
+    (tmp_path / METHOD_FILE).write_text(json.dumps(spec))
+    with pytest.raises(RuntimeError, match="zoom_modules.safetensors.*missing"):
+        load_finetuned(tmp_path, base_dir, NF4)

@@ -1,0 +1,79 @@
+import random
+
+import pytest
+from safetensors.torch import load_file
+
+from zoomattn.data.build import _write_split
+from zoomattn.data.tasks import training_mix
+from zoomattn.training.finetune import batch_indices, finetune, lr_factor
+
+
+@pytest.fixture(scope="module")
+def train_dir(tmp_path_factory, world):
+    records = training_mix(world, {"single": 1.0, "multihop": 0.5}, 64, 0.9, 4, seed=3)
+    out = tmp_path_factory.mktemp("train") / "train"
+    _write_split(records, out, {})
+    return out
+
+
+def _cell(steps=6):
+    return {
+        "run": "opamp-K10",
+        "seed": 0,
+        "method": "opamp",
+        "preset": "test",
+        "method_config": {"K": 10, "adapter_dim": 8, "every": 2, "dropout": 0.1},
+        "finetune": {
+            "steps": steps,
+            "batch_size": 4,
+            "lr": 1e-3,
+            "warmup_ratio": 0.2,
+            "optimizer": "adamw",
+            "log_every": 1,
+            "checkpoint_every": 2,
+            "lora": {"r": 4, "alpha": 8, "dropout": 0.1, "target_modules": ["q_proj", "v_proj"]},
+            "quantization": {
+                "load_in_4bit": True,
+                "quant_type": "nf4",
+                "double_quant": True,
+                "compute_dtype": "float32",
+            },
+        },
+    }
+
+
+def test_batches_are_a_function_of_seed_and_step_and_cover_an_epoch():
+    assert batch_indices(20, 4, 0, 3) == batch_indices(20, 4, 0, 3)
+    epoch = sorted(i for s in range(5) for i in batch_indices(20, 4, 0, s))
+    assert epoch == list(range(20))
+    assert batch_indices(20, 4, 0, 5) != batch_indices(20, 4, 0, 0)  # next epoch reshuffled
+
+
+def test_learning_rate_warms_up_then_stays_constant():
+    assert [round(lr_factor(s, 100, 0.03), 3) for s in (0, 1, 2, 3, 50)] == [0.333, 0.667, 1, 1, 1]
+
+
+class Killed(Exception):
+    pass
+
+
+def test_interrupted_finetune_resumes_to_the_same_weights(tmp_path, train_dir, base_dir):
+    random.seed(0)
+    finetune(_cell(), train_dir, base_dir, tmp_path / "a", tmp_path / "ckpt_a", threads=1)
+
+    def die_at_step_5(metrics, step):  # after the checkpoint of step 4
+        if step == 5:
+            raise Killed
+
+    with pytest.raises(Killed):
+        finetune(
+            _cell(), train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt_b", 1, die_at_step_5
+        )
+    assert (tmp_path / "ckpt_b" / "state.pt").exists() and not (tmp_path / "b").exists()
+    result = finetune(_cell(), train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt_b", threads=1)
+    assert result["steps"] == 6
+    for name in ("adapter_model.safetensors", "zoom_modules.safetensors"):
+        a, b = load_file(tmp_path / "a" / name), load_file(tmp_path / "b" / name)
+        assert a.keys() == b.keys()
+        for k in a:
+            assert (a[k] == b[k]).all(), k

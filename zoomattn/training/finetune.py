@@ -1,0 +1,99 @@
+"""Fine-tuning one grid cell: answer-only loss, seeded batches, resumable checkpoints."""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from zoomattn.data.build import load_split
+from zoomattn.modeling.loading import build_trainable, load_tokenizer, save_finetuned
+from zoomattn.training.batching import encode_example, pad_batch
+from zoomattn.training.checkpoint import Checkpointer
+
+log = logging.getLogger(__name__)
+
+
+def make_optimizer(name: str, params, lr: float):
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    import bitsandbytes as bnb
+
+    cls = {
+        "paged_adamw_32bit": bnb.optim.PagedAdamW32bit,
+        "paged_adamw_8bit": bnb.optim.PagedAdamW8bit,
+    }[name]
+    return cls(params, lr=lr, weight_decay=0.0)
+
+
+def lr_factor(step: int, total: int, warmup_ratio: float) -> float:
+    """Linear warm-up over warmup_ratio of the steps, then constant (paper App. A)."""
+    warmup = max(1, round(total * warmup_ratio))
+    return min(1.0, (step + 1) / warmup)
+
+
+def batch_indices(n: int, batch_size: int, seed: int, step: int) -> list[int]:
+    """Indices of the batch at a step: a pure function of (seed, step), epochs reshuffled."""
+    per_epoch = max(1, n // batch_size)
+    epoch, k = divmod(step, per_epoch)
+    order = list(range(n))
+    random.Random(seed * 7919 + epoch).shuffle(order)
+    return order[k * batch_size : (k + 1) * batch_size]
+
+
+def finetune(
+    cell: dict,
+    data_dir: Path,
+    base_dir: Path,
+    out_dir: Path,
+    ckpt_dir: Path,
+    threads: int,
+    on_metrics=lambda metrics, step: None,
+) -> dict:
+    ft = cell["finetune"]
+    torch.manual_seed(cell["seed"])
+    random.seed(cell["seed"])
+    torch.set_num_threads(threads)
+    tok = load_tokenizer(base_dir)
+    records = load_split(data_dir)
+    encoded = [encode_example(tok, r) for r in records]
+    model = build_trainable(
+        base_dir, cell["method"], cell["method_config"], ft["lora"], ft["quantization"]
+    )
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    n_trainable = sum(p.numel() for p in trainable)
+    optimizer = make_optimizer(ft["optimizer"], trainable, ft["lr"])
+    ckpt = Checkpointer(ckpt_dir, ft["checkpoint_every"])
+    step, _ = ckpt.restore(model, optimizer)
+    if step:
+        log.info("resumed %s from step %d", cell["run"], step)
+    model.train()
+    losses = []
+    bar = tqdm(total=ft["steps"], initial=step, desc=f"finetune {cell['run']}", mininterval=5)
+    while step < ft["steps"]:
+        idx = batch_indices(len(encoded), ft["batch_size"], cell["seed"], step)
+        batch = pad_batch([encoded[i] for i in idx], tok.pad_token_id)
+        loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        for group in optimizer.param_groups:
+            group["lr"] = ft["lr"] * lr_factor(step, ft["steps"], ft["warmup_ratio"])
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        losses.append(loss.item())
+        bar.update(1)
+        if step % ft["log_every"] == 0:
+            on_metrics(
+                {"train_loss": sum(losses[-ft["log_every"] :]) / len(losses[-ft["log_every"] :])},
+                step,
+            )
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        if ckpt.due(step):
+            ckpt.save(step, model, optimizer)
+    bar.close()
+    save_finetuned(model, out_dir, cell["method"], cell["method_config"])
+    return {"steps": step, "trainable_params": n_trainable}
