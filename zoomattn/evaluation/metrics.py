@@ -1,0 +1,63 @@
+"""Answer metrics as GRID.md §0 defines them, and a bootstrap interval for their mean.
+
+EM (OpAmp): the normalised prediction equals a normalised gold answer. PM: LongBench's token F1.
+Acc: exact choice match, scored like EM (FaithEval's answers are single labels or values).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+
+import numpy as np
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(s: str) -> str:
+    """LongBench normalisation: lower-case, drop punctuation and a/an/the, squeeze spaces."""
+    return " ".join(_ARTICLES.sub(" ", s.lower().translate(_PUNCT)).split())
+
+
+def exact_match(prediction: str, answers: list[str]) -> float:
+    p = normalize_answer(prediction)
+    return float(any(p == normalize_answer(a) for a in answers))
+
+
+def token_f1(prediction: str, answers: list[str]) -> float:
+    """LongBench qa_f1_score, best over gold answers."""
+    best = 0.0
+    pred = normalize_answer(prediction).split()
+    for a in answers:
+        gold = normalize_answer(a).split()
+        common = sum((Counter(pred) & Counter(gold)).values())
+        if common:
+            precision, recall = common / len(pred), common / len(gold)
+            best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+METRICS = {"em": exact_match, "pm": token_f1, "acc": exact_match}
+
+
+def bootstrap_ci(scores, n_resamples: int = 1000, seed: int = 0, level: float = 0.95):
+    """Percentile bootstrap interval of the mean, resampling examples with replacement."""
+    x = np.asarray(scores, dtype=float)
+    if len(x) == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), size=(n_resamples, len(x)))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def summarize(scores: list[float]) -> dict:
+    lo, hi = bootstrap_ci(scores)
+    return {
+        "score": float(np.mean(scores)) if scores else float("nan"),
+        "ci_low": lo,
+        "ci_high": hi,
+        "n": len(scores),
+    }
