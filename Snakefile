@@ -1,0 +1,65 @@
+# zoomattn: data -> base model -> fine-tunes (QLoRA, OpAmp K sweep) -> evaluation -> report.
+# Run from the repository root: `snakemake -j 2` (see README). Logic lives in the zoomattn package;
+# rules stay thin: inputs, outputs, params (the job's spec), log, resources, one call.
+
+import json
+import os
+import subprocess
+import sys
+
+from zoomattn.config import ConfigError, config_hash, load_config
+from zoomattn.tracking import ENV_CONFIG_HASH, ENV_EXPERIMENT, ENV_PARENT
+
+
+configfile: "config.yaml"
+
+
+try:
+    CFG = load_config(config)
+except ConfigError as err:
+    sys.exit(f"zoomattn: invalid configuration: {err}")
+
+os.environ[ENV_CONFIG_HASH] = config_hash(CFG)
+PYTHON = sys.executable
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
+
+
+localrules:
+    all,
+
+
+rule all:
+    input:
+        REPORT,
+
+
+def zoomattn_cli(*args, stdin=None):
+    """Run a zoomattn command in a subprocess (keeps MLflow out of the Snakemake process)."""
+    done = subprocess.run([PYTHON, "-m", "zoomattn", *args, "--results", RESULTS], input=stdin,
+                          capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"zoomattn {args[0]} failed:\n{done.stderr}")
+    return done.stdout
+
+
+onstart:
+    # One parent MLflow run per invocation; jobs find it (and the experiment) in the environment.
+    ids = json.loads(zoomattn_cli("mlflow-start", "--preset", PRESET, stdin=json.dumps(CFG)))
+    os.environ[ENV_EXPERIMENT] = ids["experiment_id"]
+    os.environ[ENV_PARENT] = ids["run_id"]
+
+
+onsuccess:
+    if ENV_PARENT in os.environ:
+        zoomattn_cli("mlflow-end", "--run-id", os.environ[ENV_PARENT])
+
+
+onerror:
+    if ENV_PARENT in os.environ:
+        zoomattn_cli("mlflow-end", "--run-id", os.environ[ENV_PARENT], "--failed")

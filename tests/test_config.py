@@ -1,0 +1,68 @@
+import copy
+
+import pytest
+import yaml
+
+from zoomattn.config import ROOT, ConfigError, code_hash, config_hash, load_config
+
+RAW = yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+def _with(**changes):
+    raw = copy.deepcopy(RAW)
+    for path, value in changes.items():
+        *parents, last = path.split("__")
+        node = raw
+        for p in parents:
+            node = node[p]
+        if value is KeyError:
+            del node[last]
+        else:
+            node[last] = value
+    return raw
+
+
+def test_shipped_config_is_valid_for_every_preset():
+    for preset in RAW["presets"]:
+        cfg = load_config(_with(preset=preset))
+        assert cfg["out"].endswith(preset)
+
+
+def test_preset_values_override_the_grid():
+    cfg = load_config(_with(preset="smoke"))
+    assert cfg["methods"]["opamp"]["K"] == RAW["presets"]["smoke"]["methods"]["opamp"]["K"]
+
+
+@pytest.mark.parametrize(
+    "changes,key",
+    [
+        ({"methods__lora2": {}}, "config.methods"),
+        ({"methods__opamp__K": [0, 5]}, "config.methods.opamp.K[0]"),
+        ({"methods__opamp__K": [-1]}, "config.methods.opamp.K[0]"),
+        ({"methods__opamp__evrey": 2}, "'evrey'"),
+        (
+            {"benchmarks__coqa_like__noise_ratios": [0.0, 1.0]},
+            "config.benchmarks.coqa_like.noise_ratios[1]",
+        ),
+        ({"benchmarks__coqa_like__noise_ratios": [-0.2]}, "noise_ratios[0]"),
+        ({"presets__tiny__finetune__lr": "fast"}, "config.presets.tiny.finetune.lr"),
+        ({"preset": "huge"}, "config.preset"),
+        ({"attention__benchmark": "nope"}, "config.attention.benchmark"),
+        ({"seeds": KeyError}, "'seeds' is a required property"),
+    ],
+)
+def test_invalid_config_error_names_the_offending_key(changes, key):
+    with pytest.raises(ConfigError) as err:
+        load_config(_with(**changes))
+    assert key in str(err.value)
+
+
+def test_config_hash_changes_with_any_value():
+    a = load_config(RAW)
+    assert config_hash(a) == config_hash(load_config(RAW))
+    assert config_hash(a) != config_hash(load_config(_with(world_seed=9)))
+
+
+def test_method_code_hash_differs_per_method_and_from_shared_code():
+    assert code_hash("finetune", "opamp") != code_hash("finetune", "qlora")
+    assert code_hash("finetune", "opamp") == code_hash("finetune", "opamp")

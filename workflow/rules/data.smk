@@ -1,0 +1,43 @@
+rule world:
+    output:
+        directory(f"{OUT}/data/world"),
+    params:
+        spec=lambda w: as_json(world_spec()),
+    log:
+        f"{OUT}/logs/data/world.log",
+    conda:
+        "../../envs/data.yaml"
+    shell:
+        "{PYTHON} -m zoomattn world --spec {params.spec:q} --results {RESULTS} --out {output} > {log} 2>&1"
+
+
+rule train_data:
+    input:
+        world=rules.world.output[0],
+    output:
+        directory(f"{OUT}/data/train"),
+    params:
+        spec=lambda w: as_json(train_data_spec()),
+    log:
+        f"{OUT}/logs/data/train.log",
+    conda:
+        "../../envs/data.yaml"
+    shell:
+        "{PYTHON} -m zoomattn train-data --spec {params.spec:q} --results {RESULTS}"
+        " --world-dir {input.world} --out {output} > {log} 2>&1"
+
+
+rule eval_data:
+    input:
+        world=rules.world.output[0],
+    output:
+        directory(f"{OUT}/data/eval/{{benchmark}}/r{{noise}}"),
+    params:
+        spec=lambda w: as_json(eval_data_spec(w.benchmark, w.noise)),
+    log:
+        f"{OUT}/logs/data/eval_{{benchmark}}_r{{noise}}.log",
+    conda:
+        "../../envs/data.yaml"
+    shell:
+        "{PYTHON} -m zoomattn eval-data --spec {params.spec:q} --results {RESULTS}"
+        " --world-dir {input.world} --out {output} > {log} 2>&1"

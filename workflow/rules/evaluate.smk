@@ -1,0 +1,43 @@
+rule evaluate:
+    input:
+        model=lambda w: model_dir(w.model),
+        base=rules.pretrain.output[0],
+        split=lambda w: split_dir(w.benchmark, w.noise),
+    output:
+        metrics=f"{OUT}/eval/{{model}}/{{benchmark}}/r{{noise}}.json",
+        predictions=f"{OUT}/eval/{{model}}/{{benchmark}}/r{{noise}}.predictions.jsonl",
+    params:
+        spec=lambda w: as_json(eval_spec(w.model, w.benchmark, w.noise)),
+    threads: 1
+    resources:
+        mem_mb=3000,
+    log:
+        f"{OUT}/logs/evaluate/{{model}}_{{benchmark}}_r{{noise}}.log",
+    conda:
+        "../../envs/train.yaml"
+    shell:
+        "{PYTHON} -m zoomattn evaluate --spec {params.spec:q} --results {RESULTS}"
+        " --model-dir {input.model} --base-dir {input.base} --split-dir {input.split}"
+        " --out {output.metrics} --predictions {output.predictions} --threads {threads} > {log} 2>&1"
+
+
+rule attention:
+    input:
+        model=lambda w: model_dir(w.model),
+        base=rules.pretrain.output[0],
+        split=split_dir(CFG["attention"]["benchmark"], CFG["attention"]["noise_ratio"]),
+    output:
+        f"{OUT}/attention/{{model}}.json",
+    params:
+        spec=lambda w: as_json(attention_spec(w.model)),
+    threads: 1
+    resources:
+        mem_mb=3000,
+    log:
+        f"{OUT}/logs/attention/{{model}}.log",
+    conda:
+        "../../envs/train.yaml"
+    shell:
+        "{PYTHON} -m zoomattn attention --spec {params.spec:q} --results {RESULTS}"
+        " --model-dir {input.model} --base-dir {input.base} --split-dir {input.split}"
+        " --out {output} --threads {threads} > {log} 2>&1"

@@ -1,0 +1,40 @@
+rule pretrain:
+    input:
+        world=rules.world.output[0],
+    output:
+        directory(f"{OUT}/models/base"),
+    params:
+        spec=lambda w: as_json(pretrain_spec()),
+        ckpt=f"{OUT}/checkpoints/base",
+    threads: 2
+    resources:
+        mem_mb=4000,
+    log:
+        f"{OUT}/logs/pretrain/base.log",
+    conda:
+        "../../envs/train.yaml"
+    shell:
+        "{PYTHON} -m zoomattn pretrain --spec {params.spec:q} --results {RESULTS}"
+        " --world-dir {input.world} --out {output} --ckpt {params.ckpt} --threads {threads} > {log} 2>&1"
+
+
+rule finetune:
+    input:
+        data=rules.train_data.output[0],
+        base=rules.pretrain.output[0],
+    output:
+        directory(f"{OUT}/models/{{run}}_s{{seed}}"),
+    params:
+        spec=lambda w: as_json(finetune_spec(w.run, w.seed)),
+        ckpt=lambda w: f"{OUT}/checkpoints/{w.run}_s{w.seed}",
+    threads: 1
+    resources:
+        mem_mb=4000,
+    log:
+        f"{OUT}/logs/finetune/{{run}}_s{{seed}}.log",
+    conda:
+        "../../envs/train.yaml"
+    shell:
+        "{PYTHON} -m zoomattn finetune --spec {params.spec:q} --results {RESULTS}"
+        " --data-dir {input.data} --base-dir {input.base} --out {output} --ckpt {params.ckpt}"
+        " --threads {threads} > {log} 2>&1"

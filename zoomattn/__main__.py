@@ -1,0 +1,74 @@
+"""Command line of the workflow's jobs: ``python -m zoomattn STAGE --spec JSON [paths]``.
+
+Snakemake rules call this (see workflow/rules); ``mlflow-start``/``mlflow-end`` are used by the
+Snakefile's onstart/onsuccess/onerror handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+# bitsandbytes wraps its CPU 4-bit ops in torch.compile; compiling them costs ~6 s in every job
+# process and changed no prediction in our runs (measured). Set TORCHDYNAMO_DISABLE=0 to compile.
+os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+
+# stage -> its path arguments (all but --spec, --results and --threads)
+STAGES = {
+    "world": ["out"],
+    "train-data": ["world_dir", "out"],
+    "eval-data": ["world_dir", "out"],
+    "pretrain": ["world_dir", "out", "ckpt"],
+    "finetune": ["data_dir", "base_dir", "out", "ckpt"],
+    "evaluate": ["model_dir", "base_dir", "split_dir", "out", "predictions"],
+    "attention": ["model_dir", "base_dir", "split_dir", "out"],
+    "report": ["base_metrics", "out"],
+}
+THREADED = {"pretrain", "finetune", "evaluate", "attention"}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="zoomattn")
+    sub = parser.add_subparsers(dest="stage", required=True)
+    for stage, paths in STAGES.items():
+        p = sub.add_parser(stage)
+        p.add_argument("--spec", required=True, help="the job's config values, as JSON")
+        p.add_argument("--results", required=True, type=Path, help="results root (MLflow store)")
+        for name in paths:
+            p.add_argument(f"--{name.replace('_', '-')}", dest=name, required=True, type=Path)
+        if stage in THREADED:
+            p.add_argument("--threads", type=int, default=1)
+        if stage == "report":
+            p.add_argument("--eval-files", nargs="+", type=Path, required=True)
+            p.add_argument("--attention-files", nargs="+", type=Path, required=True)
+    for name in ("mlflow-start", "mlflow-end"):
+        p = sub.add_parser(name)
+        p.add_argument("--results", required=True, type=Path)
+        p.add_argument("--preset")
+        p.add_argument("--run-id")
+        p.add_argument("--failed", action="store_true")
+    args = vars(parser.parse_args(argv))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    from zoomattn import stages, tracking
+
+    stage = args.pop("stage")
+    if stage == "mlflow-start":
+        exp, run = tracking.start_parent(
+            args["results"], args["preset"], json.load(sys.stdin), " ".join(sys.argv)
+        )
+        print(json.dumps({"experiment_id": exp, "run_id": run}))
+        return
+    if stage == "mlflow-end":
+        tracking.end_parent(args["results"], args["run_id"], ok=not args["failed"])
+        return
+    args["spec"] = json.loads(args["spec"])
+    getattr(stages, stage.replace("-", "_"))(**args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Loading, validating and hashing the workflow configuration.
+
+``load_config`` validates config.yaml against ``workflow/schemas/config.schema.yaml`` (closed
+objects, so a typo'd key fails), merges the chosen preset over the grid, checks what a schema
+cannot, and returns the effective config. Every error names the offending key.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from zoomattn.methods import METHODS, cells
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+PACKAGE = Path(__file__).resolve().parent
+GRID_KEYS = ("seeds", "methods", "benchmarks")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _key_path(path) -> str:
+    out = "config"
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def validate_schema(raw: dict, schema_path: Path = SCHEMA) -> None:
+    schema = yaml.safe_load(schema_path.read_text())
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(raw),
+        key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
+    )
+    if errors:
+        err = jsonschema.exceptions.best_match(errors)
+        raise ConfigError(f"{_key_path(err.absolute_path)}: {err.message}")
+
+
+def load_config(raw: dict, schema_path: Path = SCHEMA) -> dict:
+    """Validated, preset-merged effective config (the input dict is not modified)."""
+    validate_schema(raw, schema_path)
+    preset = raw["preset"]
+    if preset not in raw["presets"]:
+        raise ConfigError(f"config.preset: no preset named {preset!r} under config.presets")
+    cfg = {k: copy.deepcopy(v) for k, v in raw.items() if k != "presets"}
+    cfg.update(copy.deepcopy(raw["presets"][preset]))  # a preset's grid keys replace the default's
+    if cfg["attention"]["benchmark"] not in cfg["benchmarks"]:
+        raise ConfigError(
+            f"config.attention.benchmark: {cfg['attention']['benchmark']!r} is not a "
+            f"configured benchmark ({', '.join(cfg['benchmarks'])})"
+        )
+    m = cfg["base_model"]
+    if m["heads"] % m["kv_heads"] or m["hidden"] % m["heads"]:
+        raise ConfigError(
+            f"config.presets.{preset}.base_model: heads must divide hidden and "
+            "kv_heads must divide heads"
+        )
+    for name, values in cfg["methods"].items():
+        try:
+            for _, cell_values in cells({name: values}).values():
+                METHODS[name].make_config(cell_values)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"config.methods.{name}: {exc}") from exc
+    cfg["out"] = str(Path(cfg["results"]) / preset)
+    return cfg
+
+
+def read_config(path: str | Path) -> dict:
+    return load_config(yaml.safe_load(Path(path).read_text()))
+
+
+def stable_hash(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def config_hash(cfg: dict) -> str:
+    return stable_hash(cfg)
+
+
+# Source files whose change must rerun a stage: everything a stage imports from the package.
+# Method modules are added per cell, so editing one method reruns only that method's jobs.
+CODE_GROUPS = {
+    "data": ["io.py", "data/*.py"],
+    "pretrain": ["io.py", "data/*.py", "training/*.py", "modeling/pretrain.py"],
+    "finetune": [
+        "io.py",
+        "data/*.py",
+        "training/*.py",
+        "modeling/*.py",
+        "attention/*.py",
+        "methods/__init__.py",
+    ],
+    "evaluate": [
+        "io.py",
+        "data/*.py",
+        "training/batching.py",
+        "modeling/loading.py",
+        "attention/*.py",
+        "methods/__init__.py",
+        "evaluation/*.py",
+    ],
+    "report": ["io.py", "reporting/*.py"],
+}
+
+
+def code_hash(group: str, method: str | None = None) -> str:
+    files = sorted({f for pattern in CODE_GROUPS[group] for f in PACKAGE.glob(pattern)})
+    if method is not None:
+        files += sorted(METHODS[method].folder.glob("*.py"))
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.relative_to(PACKAGE).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]

@@ -1,0 +1,111 @@
+"""Figures of the OpAmp part. Each has our run on the left and, where the paper gives numbers, the
+published values on a separate panel on the right, labelled as paper scale."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from zoomattn.reporting import published  # noqa: E402
+from zoomattn.reporting.tables import label_order  # noqa: E402
+
+
+def _k_labels(labels) -> list[str]:
+    return [lab for lab in sorted(labels, key=label_order) if lab.startswith("K=")]
+
+
+def ksweep(t3: pd.DataFrame, path, caption: str) -> None:
+    """Table 3 as a figure: average score across benchmarks vs K, QLoRA as a reference line."""
+    fig, (ours, paper) = plt.subplots(1, 2, figsize=(10, 3.8))
+    ks = _k_labels(t3.index)
+    ours.plot(range(len(ks)), [t3.loc[k, "Avg"] for k in ks], "o-", label="OpAmp")
+    for ref, style in (("QLoRA", "--"), ("base (no fine-tune)", ":")):
+        if ref in t3.index:
+            ours.axhline(t3.loc[ref, "Avg"], ls=style, color="grey", label=ref)
+    ours.set_xticks(range(len(ks)), ks)
+    ours.set_title(f"ours ({caption})", fontsize=9)
+    ours.set_ylabel("average score over benchmarks")
+    ours.legend(fontsize=8)
+    pk = [k for k in published.TABLE3 if k.startswith("K=")]
+    paper.plot(
+        range(len(pk)), [published.TABLE3[k][0] for k in pk], "o-", color="C1", label="OpAmp"
+    )
+    paper.axhline(published.TABLE3["QLoRA"][0], ls="--", color="grey", label="QLoRA")
+    paper.set_xticks(range(len(pk)), pk)
+    paper.set_title(published.SOURCE, fontsize=8)
+    paper.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def noise_curves(df: pd.DataFrame, benchmark: str, paper_name: str, path, caption: str) -> None:
+    """Table 4 as a figure: score vs noise ratio per model, with 95% intervals."""
+    sub = df[(df["benchmark"] == benchmark) & (df["subset"] == "")]
+    fig, (ours, paper) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for lab in sorted(sub["label"].unique(), key=label_order):
+        s = sub[sub["label"] == lab].sort_values("noise")
+        ours.errorbar(
+            s["noise"],
+            s["score"],
+            yerr=[s["score"] - s["ci_low"], s["ci_high"] - s["score"]],
+            marker="o",
+            capsize=3,
+            label=lab,
+        )
+    ours.set_xlabel("noise ratio")
+    ours.set_ylabel(f"{benchmark} score")
+    ours.set_title(f"ours ({caption})", fontsize=9)
+    ours.legend(fontsize=7)
+    for lab, vals in published.TABLE4[paper_name].items():
+        paper.plot(published.TABLE4["noise_ratios"], vals, marker="o", label=lab)
+    paper.set_xlabel("noise ratio")
+    paper.set_title(f"{paper_name}: {published.SOURCE}", fontsize=8)
+    paper.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def golden_share(attn: dict[str, dict], labels: list[str], path, title: str) -> None:
+    """Fig. 5/6 analogue: golden document's share by its position, noise documents' share."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    some = next(iter(attn.values()))
+    pos = [p["position"] for p in some["by_position"]]
+    for lab in labels:
+        a = attn[lab]
+        left.plot(
+            pos,
+            [
+                p["golden_share"] if p["golden_share"] is not None else math.nan
+                for p in a["by_position"]
+            ],
+            marker="o",
+            label=lab,
+        )
+        right.plot(
+            pos,
+            [
+                p["noise_share"] if p["noise_share"] is not None else math.nan
+                for p in a["by_position"]
+            ],
+            marker=".",
+            label=lab,
+        )
+    for ax in (left, right):
+        ax.axhline(some["uniform_share"], ls=":", color="grey", label="uniform")
+        ax.set_xlabel("document position")
+        ax.set_xticks(pos)
+    left.set_ylabel("attention share (normalised over documents)")
+    left.set_title("golden document, by its position", fontsize=9)
+    right.set_title("noise documents, by position", fontsize=9)
+    left.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,124 @@
+"""Tables of the OpAmp part: our scores with 95% bootstrap intervals beside the published ones."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from zoomattn.reporting import published
+
+
+def model_label(model: str) -> str:
+    if model == "base":
+        return "base (no fine-tune)"
+    run = model.rsplit("_s", 1)[0]
+    if run == "qlora":
+        return "QLoRA"
+    if run.startswith("opamp-K"):
+        return f"K={run[len('opamp-K') :].replace('inf', '∞')}"
+    return run
+
+
+def label_order(label: str) -> float:
+    if label.startswith("base"):
+        return -2
+    if label == "QLoRA":
+        return -1
+    k = label[2:]
+    return math.inf if k == "∞" else float(k)
+
+
+def scores_frame(evals: list[dict]) -> pd.DataFrame:
+    """One row per (model label, benchmark, noise, subset), seeds averaged (score ×100)."""
+    rows = []
+    for e in evals:
+        base = {
+            "label": model_label(e["model"]),
+            "benchmark": e["benchmark"],
+            "noise": e["noise_ratio"],
+            "metric": e["metric"],
+        }
+        rows.append({**base, "subset": "", **{k: e[k] for k in ("score", "ci_low", "ci_high")}})
+        for name, s in e.get("subsets", {}).items():
+            rows.append(
+                {**base, "subset": name, **{k: s[k] for k in ("score", "ci_low", "ci_high")}}
+            )
+    df = pd.DataFrame(rows)
+    df[["score", "ci_low", "ci_high"]] *= 100
+    keys = ["label", "benchmark", "noise", "metric", "subset"]
+    df = df.groupby(keys, as_index=False)[["score", "ci_low", "ci_high"]].mean()
+    return df.sort_values("label", key=lambda s: s.map(label_order), kind="stable")
+
+
+def cell(score: float, lo: float, hi: float) -> str:
+    return f"{score:.1f} [{lo:.1f}, {hi:.1f}]"
+
+
+def _pivot(df: pd.DataFrame, columns: list[tuple]) -> pd.DataFrame:
+    labels = sorted(df["label"].unique(), key=label_order)
+    out = pd.DataFrame(index=labels)
+    for name, mask in columns:
+        sub = df[mask].set_index("label")
+        out[name] = [
+            cell(*sub.loc[lab, ["score", "ci_low", "ci_high"]]) if lab in sub.index else "–"
+            for lab in labels
+        ]
+        out[name + "__score"] = [
+            sub.loc[lab, "score"] if lab in sub.index else math.nan for lab in labels
+        ]
+    return out
+
+
+def table3(df: pd.DataFrame, benchmarks: dict) -> pd.DataFrame:
+    """K sweep: each benchmark at its highest configured noise ratio, plus the average."""
+    main = df[df["subset"] == ""]
+    cols = [
+        (
+            f"{b} (r={max(spec['noise_ratios']):g}, {spec['metric'].upper()})",
+            (main["benchmark"] == b) & (main["noise"] == max(spec["noise_ratios"])),
+        )
+        for b, spec in benchmarks.items()
+    ]
+    t = _pivot(main, cols)
+    score_cols = [c for c in t.columns if c.endswith("__score")]
+    t.insert(0, "Avg", t[score_cols].mean(axis=1).round(1))
+    t["published Avg"] = [
+        published.TABLE3[lab][0] if lab in published.TABLE3 else "–" for lab in t.index
+    ]
+    return t
+
+
+def table4(df: pd.DataFrame, benchmarks: dict) -> pd.DataFrame:
+    main = df[df["subset"] == ""]
+    cols = [
+        (f"{b} r={r:g}", (main["benchmark"] == b) & (main["noise"] == r))
+        for b, spec in benchmarks.items()
+        if len(spec["noise_ratios"]) > 1
+        for r in spec["noise_ratios"]
+    ]
+    t = _pivot(main, cols)
+    for paper_name in ("CoQA", "QuAC"):
+        for i, r in enumerate(published.TABLE4["noise_ratios"]):
+            t[f"published {paper_name} r={r:g}"] = [
+                published.TABLE4[paper_name].get(lab, ["–"] * 3)[i] for lab in t.index
+            ]
+    return t
+
+
+def table5(df: pd.DataFrame, faith_benchmark: str) -> pd.DataFrame:
+    sub = df[df["benchmark"] == faith_benchmark]
+    cols = [(s, sub["subset"] == s) for s in ("inconsistent", "unanswerable", "counterfactual")]
+    t = _pivot(sub, cols)
+    t.insert(
+        0, "Avg", sub[sub["subset"] == ""].set_index("label")["score"].reindex(t.index).round(1)
+    )
+    for i, name in enumerate(published.TABLE5["columns"]):
+        t[f"published {name}"] = [
+            published.TABLE5[lab][i] if lab in published.TABLE5 else "–" for lab in t.index
+        ]
+    return t
+
+
+def visible(t: pd.DataFrame) -> pd.DataFrame:
+    return t[[c for c in t.columns if not c.endswith("__score")]]
