@@ -27,14 +27,16 @@ def test_gains_follow_the_cmrr(K):
     assert w_plus + w_minus == pytest.approx(a_c)  # rows of M̄ sum to A_c
 
 
+@pytest.mark.parametrize("recompute", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("K", [5.0, math.inf])
 @pytest.mark.parametrize("padded", [False, True])
-def test_fused_opamp_equals_materialised_formula_values_and_gradients(K, padded, dtype):
+def test_fused_opamp_equals_materialised_formula_values_and_gradients(K, padded, dtype, recompute):
     """float64 checks the identity itself; float32 checks values (its gradients differ by float32
     rounding amplified by the A_d·(M⁺ − M⁻) cancellation, ~5e-5 at K=5)."""
     torch.manual_seed(0)
-    layer = OpAmpAttention(n_heads=4, n_kv_heads=2, head_dim=8, cfg=OpAmpConfig(K, 6, dropout=0.0))
+    cfg = OpAmpConfig(K, 6, dropout=0.0, recompute=recompute)
+    layer = OpAmpAttention(n_heads=4, n_kv_heads=2, head_dim=8, cfg=cfg)
     _randomise_adapters(layer)
     layer.to(dtype)
     q, k, v = (t.to(dtype).requires_grad_(True) for t in _qkv())

@@ -17,6 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from zoomattn.attention.interface import attention_modules
 from zoomattn.attention.math import attention_probs, last_row_probs, repeat_kv, sdpa
@@ -56,19 +57,30 @@ class OpAmpAttention(nn.Module):
         self.q2 = BottleneckAdapter(q_dim, cfg.adapter_dim, cfg.dropout)
         self.k2 = BottleneckAdapter(k_dim, cfg.adapter_dim, cfg.dropout)
         self.w_plus, self.w_minus = cfg.branch_weights()
+        self.recompute = cfg.recompute
 
     def branches(self, q, k):
         return (_adapt(self.q1, q), _adapt(self.k1, k)), (_adapt(self.q2, q), _adapt(self.k2, k))
 
     def forward(self, q, k, v, mask=None, scaling=None, last_row: bool = False):
-        (q1, k1), (q2, k2) = self.branches(q, k)
         if last_row:  # signed M̄ row of the last query: rows sum to A_c, entries may be < 0
-            return self.w_plus * last_row_probs(
-                q1, k1, mask, scaling
-            ) + self.w_minus * last_row_probs(q2, k2, mask, scaling)
-        return self.w_plus * sdpa(q1, k1, v, mask, scaling) + self.w_minus * sdpa(
-            q2, k2, v, mask, scaling
-        )
+            (q1, k1), (q2, k2) = self.branches(q, k)
+            row_plus = last_row_probs(q1, k1, mask, scaling)
+            return self.w_plus * row_plus + self.w_minus * last_row_probs(q2, k2, mask, scaling)
+        if self.recompute and torch.is_grad_enabled():
+            # Backward recomputes one branch at a time, so the two branches' adapter and attention
+            # outputs are never alive together: less peak memory for one more forward per branch.
+            return sum(
+                checkpoint(self._branch, i, q, k, v, mask, scaling, use_reentrant=False)
+                for i in (1, 2)
+            )
+        return self._branch(1, q, k, v, mask, scaling) + self._branch(2, q, k, v, mask, scaling)
+
+    def _branch(self, which: int, q, k, v, mask, scaling):
+        """w± · softmax(E_q±(q) E_k±(k)ᵀ·scale + mask) v, one fused SDPA call."""
+        if which == 1:
+            return self.w_plus * sdpa(_adapt(self.q1, q), _adapt(self.k1, k), v, mask, scaling)
+        return self.w_minus * sdpa(_adapt(self.q2, q), _adapt(self.k2, k), v, mask, scaling)
 
     def materialised(self, q, k, v, mask=None, scaling=None) -> torch.Tensor:
         """The formula itself, M̄ built as a matrix: the reference for tests and benchmarks."""
