@@ -1,0 +1,21 @@
+# The two commands: `make run` (the default grid) and `make test` (the test suite).
+# Both first create or update the pinned environment in .venv (bin/setup, idempotent).
+JOBS ?= 2
+SNAKEMAKE_ARGS ?=
+
+.PHONY: run test setup lint bench
+
+setup:
+	bin/setup
+
+run: setup
+	.venv/bin/snakemake -j $(JOBS) $(SNAKEMAKE_ARGS)
+
+test: setup
+	.venv/bin/python -m pytest -q
+
+lint: setup
+	.venv/bin/ruff check zoomattn tests benchmarks && .venv/bin/ruff format --check zoomattn tests benchmarks
+
+bench: setup
+	.venv/bin/python benchmarks/opamp_attention.py

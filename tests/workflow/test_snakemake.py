@@ -1,0 +1,250 @@
+"""Real Snakemake runs of the smoke grid in a scratch copy of the workflow.
+
+The copy carries its own ``zoomattn`` package (first on PYTHONPATH), so a test can edit a method's
+source there and watch which jobs Snakemake schedules, without touching the checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from zoomattn.config import ROOT
+
+pytestmark = pytest.mark.slow
+SMOKE = ["--config", "preset=smoke"]
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(workdir), "MLFLOW_TRACKING_URI": ""}
+    env.pop("MLFLOW_TRACKING_URI")
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", *args],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if check and done.returncode:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def planned_jobs(workdir: Path, *args: str) -> list[tuple[str, dict]]:
+    """(rule, wildcards) of every job a dry run would execute."""
+    out = snakemake(workdir, "-n", *SMOKE, *args).stdout
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
+        m = re.match(r"(?:local)?rule (\w+):", block.strip())
+        if not m:
+            continue
+        w = re.search(r"wildcards: (.*)", block)
+        wildcards = dict(kv.split("=", 1) for kv in w.group(1).split(", ")) if w else {}
+        jobs.append((m.group(1), wildcards))
+    return jobs
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory) -> Path:
+    """A scratch workflow copy on which the smoke grid has run once with -j 2."""
+    wd = tmp_path_factory.mktemp("workflow")
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy(ROOT / name, wd / name)
+    shutil.copytree(ROOT / "workflow", wd / "workflow")
+    shutil.copytree(ROOT / "envs", wd / "envs")
+    shutil.copytree(
+        ROOT / "zoomattn", wd / "zoomattn", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    snakemake(wd, "-j", "2", *SMOKE)
+    return wd
+
+
+def _mlflow_runs(workdir: Path):
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{workdir}/results/mlflow.db")
+    client = mlflow.MlflowClient()
+    exp = client.get_experiment_by_name("zoomattn-smoke")
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    default = client.search_runs(["0"], max_results=1000)
+    return runs, default
+
+
+def test_smoke_grid_produces_every_table_figure_and_prediction(workdir):
+    report = workdir / "results/smoke/report"
+    for name in (
+        "README.md",
+        "table3_cmrr.md",
+        "table3_cmrr.csv",
+        "table3_cmrr.png",
+        "table4_noise.md",
+        "table5_faitheval.md",
+        "fig5_attention.png",
+        "fig6_attention_k.png",
+        "scores.csv",
+    ):
+        assert (report / name).stat().st_size > 0, name
+    cfg = yaml.safe_load((workdir / "config.yaml").read_text())["presets"]["smoke"]
+    models = ["base", "qlora_s0"] + [f"opamp-K{k}_s0" for k in cfg["methods"]["opamp"]["K"]]
+    for m in models:
+        for b, spec in cfg["benchmarks"].items():
+            for r in spec["noise_ratios"]:
+                metrics = json.loads(
+                    (workdir / f"results/smoke/eval/{m}/{b}/r{r:g}.json").read_text()
+                )
+                preds = workdir / f"results/smoke/eval/{m}/{b}/r{r:g}.predictions.jsonl"
+                assert metrics["n"] == len(preds.read_text().splitlines()) == cfg["data"]["n_eval"]
+                assert metrics["ci_low"] <= metrics["score"] <= metrics["ci_high"]
+    assert not list((workdir / "results/smoke").rglob("*.partial"))
+
+
+def test_every_job_is_one_finished_mlflow_child_run_of_the_invocation(workdir):
+    runs, default = _mlflow_runs(workdir)
+    parents = [r for r in runs if r.data.tags.get("zoomattn.kind") == "invocation"]
+    children = [r for r in runs if r.data.tags.get("zoomattn.kind") == "job"]
+    first = min(parents, key=lambda r: r.info.start_time)
+    mine = [r for r in children if r.data.tags.get("mlflow.parentRunId") == first.info.run_id]
+    n_jobs = len(list((workdir / "results/smoke/logs").rglob("*.log")))  # one log per job
+    assert len(mine) == n_jobs
+    assert {r.info.status for r in mine} == {"FINISHED"} and first.info.status == "FINISHED"
+    assert default == []  # nothing misfiled into the Default experiment
+    for r in mine:
+        p = r.data.params
+        assert p["preset"] == "smoke" and p["version.torch"].startswith("2.13.0")
+        assert len(p["config_hash"]) == 16 and "git_commit" in p
+    finetunes = [r for r in mine if r.data.tags["zoomattn.stage"] == "finetune"]
+    assert all(r.data.metrics.get("train_loss") is not None for r in finetunes)
+
+
+def test_a_noop_rerun_schedules_nothing(workdir):
+    assert planned_jobs(workdir) == []
+
+
+def test_changing_one_k_reruns_only_that_k_its_evaluations_and_the_report(workdir, tmp_path):
+    override = tmp_path / "k.yaml"
+    raw = yaml.safe_load((workdir / "config.yaml").read_text())
+    raw["presets"]["smoke"]["methods"]["opamp"]["K"] = [5, "inf"]
+    override.write_text(yaml.safe_dump(raw))
+    jobs = planned_jobs(workdir, "--configfile", str(override))
+    rules = sorted({r for r, _ in jobs})
+    assert rules == ["all", "attention", "evaluate", "finetune", "report"]
+    touched = {
+        w.get("run") or w.get("model")
+        for r, w in jobs
+        if r in ("finetune", "evaluate", "attention")
+    }
+    assert touched == {"opamp-K5", "opamp-K5_s0"}
+
+
+def test_editing_one_methods_source_reruns_only_that_methods_jobs(workdir):
+    source = workdir / "zoomattn/methods/opamp/model.py"
+    original = source.read_text()
+    try:
+        source.write_text(original + "\n# an edit\n")
+        jobs = planned_jobs(workdir)
+    finally:
+        source.write_text(original)
+    models = {w.get("model") or f"{w['run']}_s{w['seed']}" for r, w in jobs if w}
+    assert models and all(m.startswith("opamp-") for m in models)
+    assert {r for r, _ in jobs} == {"all", "attention", "evaluate", "finetune", "report"}
+
+
+def test_changing_the_world_seed_reruns_everything(workdir):
+    jobs = planned_jobs(workdir, "world_seed=99")
+    counts = {r: sum(1 for rr, _ in jobs if rr == r) for r, _ in jobs}
+    assert counts["world"] == 1 and counts["pretrain"] == 1 and counts["finetune"] == 3
+    assert counts["evaluate"] == 4 * 3 and counts["attention"] == 4
+
+
+def test_invalid_config_stops_before_any_job_naming_the_key(workdir, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("methods:\n  opamp:\n    K: [0]\n")
+    done = snakemake(workdir, "-j", "1", "--configfile", str(bad), check=False)
+    assert done.returncode != 0
+    assert "config.methods.opamp.K[0]" in done.stdout + done.stderr
+    bad.write_text(
+        "presets:\n  smoke:\n    benchmarks:\n      coqa_like: {family: single, "
+        "metric: em, noise_ratios: [1.0]}\n"
+    )
+    done = snakemake(workdir, "-n", *SMOKE, "--configfile", str(bad), check=False)
+    assert done.returncode != 0
+    assert "config.presets.smoke.benchmarks.coqa_like.noise_ratios[0]" in done.stdout + done.stderr
+
+
+def test_rerunning_a_job_with_the_same_config_gives_identical_metric_files(workdir):
+    out = workdir / "results/smoke"
+    files = [
+        out / "models/qlora_s0/metrics.json",
+        out / "models/qlora_s0/adapter_model.safetensors",
+        *sorted((out / "eval/qlora_s0").rglob("*.json*")),
+        out / "attention/qlora_s0.json",
+    ]
+    before = {f: f.read_bytes() for f in files}
+    snakemake(workdir, "-j", "2", *SMOKE, "--forcerun", "results/smoke/models/qlora_s0")
+    assert {f: f.read_bytes() for f in files} == before
+
+
+def test_a_killed_finetune_job_resumes_from_its_checkpoint_to_the_same_weights(workdir, tmp_path):
+    preset = yaml.safe_load((workdir / "config.yaml").read_text())["presets"]["smoke"]
+    spec = {
+        "preset": "smoke",
+        "run": "qlora",
+        "seed": 0,
+        "method": "qlora",
+        "method_config": {},
+        "finetune": {**preset["finetune"], "steps": 60, "checkpoint_every": 10},
+    }
+    out = workdir / "results/smoke"
+
+    def command(name):
+        return [
+            sys.executable,
+            "-m",
+            "zoomattn",
+            "finetune",
+            "--spec",
+            json.dumps(spec),
+            "--results",
+            str(tmp_path / "mlflow"),
+            "--data-dir",
+            str(out / "data/train"),
+            "--base-dir",
+            str(out / "models/base"),
+            "--out",
+            str(tmp_path / name),
+            "--ckpt",
+            str(tmp_path / f"ckpt_{name}"),
+            "--threads",
+            "1",
+        ]
+
+    env = {**os.environ, "PYTHONPATH": str(workdir)}
+    subprocess.run(command("reference"), env=env, check=True, capture_output=True, timeout=600)
+    job = subprocess.Popen(
+        command("killed"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    state = tmp_path / "ckpt_killed/state.pt"
+    deadline = time.time() + 300
+    while not state.exists() and time.time() < deadline and job.poll() is None:
+        time.sleep(0.05)
+    job.kill()  # SIGKILL: no cleanup runs
+    job.wait()
+    assert state.exists() and not (tmp_path / "killed").exists()
+    rerun = subprocess.run(command("killed"), env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    assert re.search(r"resumed qlora from step [1-9]", rerun.stderr)
+    for name in ("adapter_model.safetensors", "metrics.json"):
+        assert (tmp_path / "killed" / name).read_bytes() == (
+            tmp_path / "reference" / name
+        ).read_bytes()
+    assert not state.exists()  # a finished job leaves no checkpoint behind
