@@ -42,11 +42,14 @@ def _cell(steps=6):
     }
 
 
-def test_batches_are_a_function_of_seed_and_step_and_cover_an_epoch():
-    assert batch_indices(20, 4, 0, 3) == batch_indices(20, 4, 0, 3)
-    epoch = sorted(i for s in range(5) for i in batch_indices(20, 4, 0, s))
-    assert epoch == list(range(20))
-    assert batch_indices(20, 4, 0, 5) != batch_indices(20, 4, 0, 0)  # next epoch reshuffled
+def test_batches_are_a_function_of_seed_and_step_cover_an_epoch_and_group_lengths():
+    lengths = [random.Random(i).randint(5, 300) for i in range(64)]
+    assert batch_indices(lengths, 4, 0, 3) == batch_indices(lengths, 4, 0, 3)
+    epoch = sorted(i for s in range(16) for i in batch_indices(lengths, 4, 0, s))
+    assert epoch == list(range(64))
+    assert batch_indices(lengths, 4, 0, 16) != batch_indices(lengths, 4, 0, 0)  # reshuffled
+    padded = sum(4 * max(lengths[i] for i in batch_indices(lengths, 4, 0, s)) for s in range(16))
+    assert padded < 0.8 * 4 * 16 * max(lengths)  # length grouping cuts padding
 
 
 def test_learning_rate_warms_up_then_stays_constant():

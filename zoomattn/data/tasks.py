@@ -62,7 +62,7 @@ def _place(rng: random.Random, noise: list[str], golden_docs: list[str]) -> tupl
     return docs, sorted(docs.index(g) for g in golden_docs)
 
 
-def single_doc(s: FactSampler, noise_ratio: float, facts_per_doc: int = 2) -> Record:
+def single_doc(s: FactSampler, noise_ratio: float, facts_per_doc: int = 1) -> Record:
     """CoQA-like noisy RAG: one golden document among round(1/(1-r))-1 noise documents."""
     (entity,) = s.entities(1)
     attribute = s.attribute()
@@ -80,7 +80,7 @@ def single_doc(s: FactSampler, noise_ratio: float, facts_per_doc: int = 2) -> Re
     )
 
 
-def multihop(s: FactSampler, noise_ratio: float, facts_per_doc: int = 2) -> Record:
+def multihop(s: FactSampler, noise_ratio: float, facts_per_doc: int = 1) -> Record:
     """HotpotQA-like: a bridge document names the friend, a second golden one states the fact."""
     first, bridge = s.entities(2)
     attribute = s.attribute()
@@ -104,7 +104,7 @@ def multihop(s: FactSampler, noise_ratio: float, facts_per_doc: int = 2) -> Reco
     return _record("multihop", "", docs, gold_idx, question, [answer.value], noise_ratio)
 
 
-def long_context(s: FactSampler, n_chunks: int, facts_per_doc: int = 3) -> Record:
+def long_context(s: FactSampler, n_chunks: int, facts_per_doc: int = 2) -> Record:
     """LooGLE-like: one golden chunk among many longer chunks."""
     rec = single_doc(s, 1.0 - 1.0 / n_chunks, facts_per_doc)
     rec["family"] = "long"
@@ -120,7 +120,7 @@ def conversational(s: FactSampler, noise_ratio: float, turns: int = 2) -> Record
     history = [(f"what is the {facts[0].attribute} of {entity} ?", facts[0].value)]
     history += [(f"what is its {f.attribute} ?", f.value) for f in facts[1:turns]]
     target = facts[turns]
-    noise = s.noise_docs(noise_doc_count(noise_ratio), target.attribute, {entity}, turns + 1)
+    noise = s.noise_docs(noise_doc_count(noise_ratio), target.attribute, {entity}, 1)
     docs, golden = _place(s.rng, noise, [golden_doc])
     return _record(
         "conversational",
@@ -140,8 +140,8 @@ def counterfactual(s: FactSampler, n_noise: int = 3) -> Record:
     attribute = s.attribute()
     canonical = s.world.famous[entity][attribute]
     fact = Fact(entity, attribute, s.value(attribute, exclude=canonical))
-    noise = s.noise_docs(n_noise, attribute, {entity}, 2)
-    docs, golden = _place(s.rng, noise, [s.document(fact, 2)])
+    noise = s.noise_docs(n_noise, attribute, {entity}, 1)
+    docs, golden = _place(s.rng, noise, [s.document(fact, 1)])
     return _record(
         "faitheval",
         "counterfactual",
@@ -159,7 +159,7 @@ def unanswerable(s: FactSampler, n_noise: int = 3) -> Record:
     attribute = s.attribute()
     others = [a for a in ATTRIBUTES if a != attribute]
     own = " ".join(Fact(entity, a, s.value(a)).sentence() for a in s.rng.sample(others, 2))
-    docs, _ = _place(s.rng, s.noise_docs(n_noise, attribute, {entity}, 2), [own])
+    docs, _ = _place(s.rng, s.noise_docs(n_noise, attribute, {entity}, 1), [own])
     return _record(
         "faitheval",
         "unanswerable",
@@ -177,10 +177,10 @@ def inconsistent(s: FactSampler, n_noise: int = 3) -> Record:
     attribute = s.attribute()
     first = s.value(attribute)
     pair = [
-        s.document(Fact(entity, attribute, v), 2)
+        s.document(Fact(entity, attribute, v), 1)
         for v in (first, s.value(attribute, exclude=first))
     ]
-    docs, golden = _place(s.rng, s.noise_docs(n_noise, attribute, {entity}, 2), pair)
+    docs, golden = _place(s.rng, s.noise_docs(n_noise, attribute, {entity}, 1), pair)
     return _record(
         "faitheval",
         "inconsistent",

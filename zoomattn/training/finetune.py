@@ -35,13 +35,26 @@ def lr_factor(step: int, total: int, warmup_ratio: float) -> float:
     return min(1.0, (step + 1) / warmup)
 
 
-def batch_indices(n: int, batch_size: int, seed: int, step: int) -> list[int]:
-    """Indices of the batch at a step: a pure function of (seed, step), epochs reshuffled."""
-    per_epoch = max(1, n // batch_size)
+def batch_indices(
+    lengths: list[int], batch_size: int, seed: int, step: int, pool: int = 8
+) -> list[int]:
+    """Indices of the batch at a step: a pure function of (seed, step), so resume is exact.
+
+    Each epoch is a seeded shuffle; within pools of ``pool`` batches examples are sorted by length
+    so that a batch pads little, and the batches are shuffled again.
+    """
+    per_epoch = max(1, len(lengths) // batch_size)
     epoch, k = divmod(step, per_epoch)
-    order = list(range(n))
-    random.Random(seed * 7919 + epoch).shuffle(order)
-    return order[k * batch_size : (k + 1) * batch_size]
+    rng = random.Random(seed * 7919 + epoch)
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    order = order[: per_epoch * batch_size]
+    batches = []
+    for i in range(0, len(order), pool * batch_size):
+        chunk = sorted(order[i : i + pool * batch_size], key=lambda j: lengths[j])
+        batches += [chunk[b : b + batch_size] for b in range(0, len(chunk), batch_size)]
+    rng.shuffle(batches)
+    return batches[k]
 
 
 def finetune(
@@ -60,6 +73,7 @@ def finetune(
     tok = load_tokenizer(base_dir)
     records = load_split(data_dir)
     encoded = [encode_example(tok, r) for r in records]
+    lengths = [len(e["input_ids"]) for e in encoded]
     model = build_trainable(
         base_dir, cell["method"], cell["method_config"], ft["lora"], ft["quantization"]
     )
@@ -74,7 +88,7 @@ def finetune(
     losses = []
     bar = tqdm(total=ft["steps"], initial=step, desc=f"finetune {cell['run']}", mininterval=5)
     while step < ft["steps"]:
-        idx = batch_indices(len(encoded), ft["batch_size"], cell["seed"], step)
+        idx = batch_indices(lengths, ft["batch_size"], cell["seed"], step)
         batch = pad_batch([encoded[i] for i in idx], tok.pad_token_id)
         loss = model(**batch).loss
         loss.backward()
