@@ -91,6 +91,8 @@ def init_store(results: str | Path, preset: str) -> str:
     exp = client.get_experiment_by_name(experiment_name(preset))
     if exp is not None:
         return exp.experiment_id
+    if tracking_uri(results).startswith(("http://", "https://")):
+        return client.create_experiment(experiment_name(preset))  # the server's artifact store
     artifacts = (Path(results).resolve() / "mlartifacts" / preset).as_uri()
     return client.create_experiment(experiment_name(preset), artifact_location=artifacts)
 

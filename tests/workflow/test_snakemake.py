@@ -248,3 +248,9 @@ def test_a_killed_finetune_job_resumes_from_its_checkpoint_to_the_same_weights(w
             tmp_path / "reference" / name
         ).read_bytes()
     assert not state.exists()  # a finished job leaves no checkpoint behind
+
+
+def test_reserved_paper_preset_stops_at_parse_with_a_clear_message(workdir):
+    done = snakemake(workdir, "-n", "--config", "preset=paper", check=False)
+    assert done.returncode != 0
+    assert "not wired into the workflow yet" in done.stdout + done.stderr

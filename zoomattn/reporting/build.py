@@ -45,6 +45,7 @@ def build_report(
     t3 = tables.table3(df, benchmarks)
     parts.append(_write(t3, out, "table3_cmrr", "Table 3 analogue: CMRR sweep"))
     figures.ksweep(t3, out / "table3_cmrr.png", caption)
+    parts.append("![Table 3 analogue](table3_cmrr.png)\n")
     if any(len(s["noise_ratios"]) > 1 for s in benchmarks.values()):
         parts.append(
             _write(
@@ -54,6 +55,7 @@ def build_report(
         for b, paper_name in (("coqa_like", "CoQA"), ("quac_like", "QuAC")):
             if b in benchmarks and len(benchmarks[b]["noise_ratios"]) > 1:
                 figures.noise_curves(df, b, paper_name, out / f"table4_{b}.png", caption)
+                parts.append(f"![Table 4 analogue, {b}](table4_{b}.png)\n")
     faith = [b for b, s in benchmarks.items() if s["family"] == "faitheval"]
     if faith:
         parts.append(
@@ -89,6 +91,9 @@ def build_report(
         f"{attn[lab]['golden_is_top']:.3f} | {attn[lab]['uniform_share']:.3f} |"
         for lab in labels
     ]
+    parts.append(
+        "![Fig. 5 analogue](fig5_attention.png)\n\n![Fig. 6 analogue](fig6_attention_k.png)\n"
+    )
     parts.append(
         "### Golden attention share (last prompt token, normalised over documents)\n\n"
         + "\n".join(share_rows)

@@ -78,25 +78,10 @@ def golden_share(attn: dict[str, dict], labels: list[str], path, title: str) -> 
     some = next(iter(attn.values()))
     pos = [p["position"] for p in some["by_position"]]
     for lab in labels:
-        a = attn[lab]
-        left.plot(
-            pos,
-            [
-                p["golden_share"] if p["golden_share"] is not None else math.nan
-                for p in a["by_position"]
-            ],
-            marker="o",
-            label=lab,
-        )
-        right.plot(
-            pos,
-            [
-                p["noise_share"] if p["noise_share"] is not None else math.nan
-                for p in a["by_position"]
-            ],
-            marker=".",
-            label=lab,
-        )
+        rows = attn[lab]["by_position"]
+        for ax, key, marker in ((left, "golden_share", "o"), (right, "noise_share", ".")):
+            values = [math.nan if p[key] is None else p[key] for p in rows]
+            ax.plot(pos, values, marker=marker, label=lab)
     for ax in (left, right):
         ax.axhline(some["uniform_share"], ls=":", color="grey", label="uniform")
         ax.set_xlabel("document position")
