@@ -6,7 +6,9 @@ import torch
 from zoomattn.modeling.loading import (
     METHOD_FILE,
     build_trainable,
+    export_merged,
     load_finetuned,
+    load_merged,
     save_finetuned,
 )
 
@@ -57,3 +59,19 @@ def test_reloading_with_another_layer_spacing_fails_naming_the_file(base_dir, tm
     (tmp_path / METHOD_FILE).write_text(json.dumps(spec))
     with pytest.raises(RuntimeError, match="zoom_modules.safetensors.*missing"):
         load_finetuned(tmp_path, base_dir, NF4)
+
+
+@pytest.mark.parametrize("method,values", [("qlora", {}), ("opamp", OPAMP)])
+def test_merged_evaluation_copy_computes_what_the_4bit_lora_model_computes(
+    base_dir, tmp_path, method, values
+):
+    model = build_trainable(base_dir, method, values, LORA, NF4).eval()
+    _train_a_little(model)
+    with torch.no_grad():
+        want = model(input_ids=IDS).logits
+    export_merged(model, base_dir, tmp_path / "merged", method, values)
+    merged = load_merged(tmp_path / "merged")
+    assert not any("lora" in n for n, _ in merged.named_parameters())
+    with torch.no_grad():
+        got = merged(input_ids=IDS).logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -19,6 +19,7 @@ import zoomattn.attention.interface as attn_interface
 from zoomattn.methods import METHODS
 
 ZOOM_FILE = "zoom_modules.safetensors"
+MERGED_DIR = "merged"
 METHOD_FILE = "method.json"
 
 
@@ -50,8 +51,18 @@ def load_tokenizer(path: str | Path):
     return AutoTokenizer.from_pretrained(path)
 
 
+def _inner(model):
+    """The transformers model inside a peft wrapper (or the model itself)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def zoom_state(model) -> dict[str, torch.Tensor]:
-    return {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if ".zoom." in n}
+    """The method's attention modules, named as in the plain transformers model."""
+    return {
+        n: p.detach().cpu().contiguous()
+        for n, p in _inner(model).named_parameters()
+        if ".zoom." in n
+    }
 
 
 def build_trainable(
@@ -80,8 +91,7 @@ def build_trainable(
     return model
 
 
-def save_finetuned(model, out_dir: Path, method_name: str, method_values: dict) -> None:
-    model.save_pretrained(out_dir)
+def _save_zoom(model, out_dir: Path, method_name: str, method_values: dict) -> None:
     zoom = zoom_state(model)
     if zoom:
         save_file(zoom, str(Path(out_dir) / ZOOM_FILE))
@@ -90,17 +100,12 @@ def save_finetuned(model, out_dir: Path, method_name: str, method_values: dict) 
     )
 
 
-def load_finetuned(model_dir: str | Path, base_path, quantization: dict | None):
-    """Rebuild base + method + LoRA from a fine-tuned directory, for evaluation."""
-    from peft import PeftModel
-
-    model_dir = Path(model_dir)
+def _attach_saved_zoom(model, model_dir: Path) -> None:
+    """Rebuild the method from method.json and load its modules strictly."""
     spec = json.loads((model_dir / METHOD_FILE).read_text())
     method = METHODS[spec["method"]]
-    model = load_base(base_path, quantization)
     method.attach(model, method.make_config(spec["config"]))
-    model = PeftModel.from_pretrained(model, model_dir)
-    expected = {n for n, _ in model.named_parameters() if ".zoom." in n}
+    expected = set(zoom_state(model))
     saved = load_file(str(model_dir / ZOOM_FILE)) if (model_dir / ZOOM_FILE).exists() else {}
     missing, unexpected = sorted(expected - set(saved)), sorted(set(saved) - expected)
     if missing or unexpected:
@@ -112,12 +117,68 @@ def load_finetuned(model_dir: str | Path, base_path, quantization: dict | None):
     with torch.no_grad():
         for name, value in saved.items():
             params[name].copy_(value)
-    model.eval()
-    return model
+
+
+def save_finetuned(model, out_dir: Path, method_name: str, method_values: dict) -> None:
+    model.save_pretrained(out_dir)
+    _save_zoom(model, out_dir, method_name, method_values)
+
+
+def export_merged(model, base_path, out_dir: Path, method_name: str, method_values: dict) -> None:
+    """An evaluation copy without peft or bitsandbytes: fp32 weights W = dequant(W_4bit) + ΔW_LoRA.
+
+    These are the weights the 4-bit layers compute with on CPU, so the copy is the trained model up
+    to float rounding (tested); loading it skips the ~8 s import of peft and bitsandbytes.
+    """
+    import bitsandbytes as bnb
+    from peft.tuners.lora import LoraLayer
+
+    weights = {}
+    for name, module in _inner(model).named_modules():
+        if isinstance(module, LoraLayer):
+            layer = module.get_base_layer()
+        elif isinstance(module, bnb.nn.Linear4bit) and not name.endswith(".base_layer"):
+            layer = module  # quantised but not LoRA-targeted
+        else:
+            continue  # LoRA's own A/B, the method's modules, unquantised layers: kept as they are
+        w = layer.weight
+        dense = (
+            bnb.functional.dequantize_4bit(w.data, w.quant_state)
+            if isinstance(layer, bnb.nn.Linear4bit)
+            else w.data
+        )
+        if isinstance(module, LoraLayer):
+            dense = dense + module.get_delta_weight("default")
+        weights[name] = dense.float()
+    merged = load_base(base_path)
+    with torch.no_grad():
+        for name, dense in weights.items():
+            merged.get_submodule(name).weight.copy_(dense)
+    merged.save_pretrained(out_dir)
+    _save_zoom(model, out_dir, method_name, method_values)
+
+
+def load_finetuned(model_dir: str | Path, base_path, quantization: dict | None):
+    """Rebuild base + method + LoRA from a fine-tuned directory, exactly as trained."""
+    from peft import PeftModel
+
+    model_dir = Path(model_dir)
+    model = PeftModel.from_pretrained(load_base(base_path, quantization), model_dir)
+    _attach_saved_zoom(_inner(model), model_dir)
+    return model.eval()
+
+
+def load_merged(merged_dir: str | Path):
+    model = load_base(merged_dir)
+    _attach_saved_zoom(model, Path(merged_dir))
+    return model.eval()
 
 
 def load_for_eval(model_dir: str | Path, base_dir: str | Path, quantization: dict | None):
-    """The base model itself (model_dir == base_dir) or a fine-tuned one on top of it."""
-    if Path(model_dir).resolve() == Path(base_dir).resolve():
+    """The base itself, a fine-tuned model's merged evaluation copy, or base + LoRA + method."""
+    model_dir = Path(model_dir)
+    if model_dir.resolve() == Path(base_dir).resolve():
         return load_base(base_dir).eval()
+    if (model_dir / MERGED_DIR).exists():
+        return load_merged(model_dir / MERGED_DIR)
     return load_finetuned(model_dir, base_dir, quantization)

@@ -10,7 +10,13 @@ import torch
 from tqdm import tqdm
 
 from zoomattn.data.build import load_split
-from zoomattn.modeling.loading import build_trainable, load_tokenizer, save_finetuned
+from zoomattn.modeling.loading import (
+    MERGED_DIR,
+    build_trainable,
+    export_merged,
+    load_tokenizer,
+    save_finetuned,
+)
 from zoomattn.training.batching import encode_example, pad_batch
 from zoomattn.training.checkpoint import Checkpointer
 
@@ -110,4 +116,7 @@ def finetune(
             ckpt.save(step, model, optimizer)
     bar.close()
     save_finetuned(model, out_dir, cell["method"], cell["method_config"])
+    if ft.get("export_merged"):
+        model.eval()
+        export_merged(model, base_dir, out_dir / MERGED_DIR, cell["method"], cell["method_config"])
     return {"steps": step, "trainable_params": n_trainable}
