@@ -26,6 +26,9 @@ if CFG["base_model"]["source"] != "pretrain":
 
 os.environ[ENV_CONFIG_HASH] = config_hash(CFG)
 PYTHON = sys.executable
+# Rules call plain `python -m zoomattn` from the repository root: this interpreter's environment by
+# default; with --use-conda the rule's env (envs/*.yaml), activated in front of it.
+os.environ["PATH"] = f"{os.path.dirname(PYTHON)}{os.pathsep}{os.environ['PATH']}"
 
 
 include: "workflow/rules/common.smk"

@@ -8,7 +8,7 @@ rule world:
     conda:
         "../../envs/data.yaml"
     shell:
-        "{PYTHON} -m zoomattn world --spec {params.spec:q} --results {RESULTS} --out {output} > {log} 2>&1"
+        "python -m zoomattn world --spec {params.spec:q} --results {RESULTS} --out {output} > {log} 2>&1"
 
 
 rule train_data:
@@ -23,7 +23,7 @@ rule train_data:
     conda:
         "../../envs/data.yaml"
     shell:
-        "{PYTHON} -m zoomattn train-data --spec {params.spec:q} --results {RESULTS}"
+        "python -m zoomattn train-data --spec {params.spec:q} --results {RESULTS}"
         " --world-dir {input.world} --out {output} > {log} 2>&1"
 
 
@@ -39,5 +39,5 @@ rule eval_data:
     conda:
         "../../envs/data.yaml"
     shell:
-        "{PYTHON} -m zoomattn eval-data --spec {params.spec:q} --results {RESULTS}"
+        "python -m zoomattn eval-data --spec {params.spec:q} --results {RESULTS}"
         " --world-dir {input.world} --out {output} > {log} 2>&1"

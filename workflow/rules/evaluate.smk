@@ -16,7 +16,7 @@ rule evaluate:
     conda:
         "../../envs/train.yaml"
     shell:
-        "{PYTHON} -m zoomattn evaluate --spec {params.spec:q} --results {RESULTS}"
+        "python -m zoomattn evaluate --spec {params.spec:q} --results {RESULTS}"
         " --model-dir {input.model} --base-dir {input.base} --split-dir {input.split}"
         " --out {output.metrics} --predictions {output.predictions} --threads {threads} > {log} 2>&1"
 
@@ -38,6 +38,6 @@ rule attention:
     conda:
         "../../envs/train.yaml"
     shell:
-        "{PYTHON} -m zoomattn attention --spec {params.spec:q} --results {RESULTS}"
+        "python -m zoomattn attention --spec {params.spec:q} --results {RESULTS}"
         " --model-dir {input.model} --base-dir {input.base} --split-dir {input.split}"
         " --out {output} --threads {threads} > {log} 2>&1"

@@ -14,7 +14,7 @@ rule pretrain:
     conda:
         "../../envs/train.yaml"
     shell:
-        "{PYTHON} -m zoomattn pretrain --spec {params.spec:q} --results {RESULTS}"
+        "python -m zoomattn pretrain --spec {params.spec:q} --results {RESULTS}"
         " --world-dir {input.world} --out {output} --ckpt {params.ckpt} --threads {threads} > {log} 2>&1"
 
 
@@ -35,6 +35,6 @@ rule finetune:
     conda:
         "../../envs/train.yaml"
     shell:
-        "{PYTHON} -m zoomattn finetune --spec {params.spec:q} --results {RESULTS}"
+        "python -m zoomattn finetune --spec {params.spec:q} --results {RESULTS}"
         " --data-dir {input.data} --base-dir {input.base} --out {output} --ckpt {params.ckpt}"
         " --threads {threads} > {log} 2>&1"

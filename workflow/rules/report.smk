@@ -14,6 +14,6 @@ rule report:
     conda:
         "../../envs/report.yaml"
     shell:
-        "{PYTHON} -m zoomattn report --spec {params.spec:q} --results {RESULTS}"
+        "python -m zoomattn report --spec {params.spec:q} --results {RESULTS}"
         " --eval-files {input.evals} --attention-files {input.attention}"
         " --base-metrics {input.base}/metrics.json --out {output} > {log} 2>&1"
