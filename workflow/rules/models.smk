@@ -27,6 +27,7 @@ rule finetune:
     params:
         spec=lambda w: as_json(finetune_spec(w.run, w.seed)),
         ckpt=lambda w: f"{OUT}/checkpoints/{w.run}_s{w.seed}",
+    priority: 10  # the critical path: start every fine-tune before the short evaluation jobs
     threads: 1
     resources:
         mem_mb=4000,
