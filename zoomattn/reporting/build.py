@@ -70,17 +70,22 @@ def build_report(
     for a in attention:  # seeds: first seed's map per label (maps are per model)
         attn.setdefault(tables.model_label(a["model"]), a)
     labels = sorted(attn, key=tables.label_order)
+    n_examples = attention[0]["n_examples"]
+    attn_caption = f"preset {spec['preset']}, seed(s) {seeds}, mean over {n_examples} examples"
     fig5 = [lab for lab in labels if not lab.startswith("K=")] + (
         ["K=10"] if "K=10" in attn else []
     )
     figures.golden_share(
-        attn, fig5, out / "fig5_attention.png", f"Fig. 5 analogue: base, QLoRA, OpAmp ({caption})"
+        attn,
+        fig5,
+        out / "fig5_attention.png",
+        f"Fig. 5 analogue: base, QLoRA, OpAmp ({attn_caption})",
     )
     figures.golden_share(
         attn,
         [lab for lab in labels if lab.startswith("K=")],
         out / "fig6_attention_k.png",
-        f"Fig. 6 analogue: across K ({caption})",
+        f"Fig. 6 analogue: across K ({attn_caption})",
     )
     share_rows = [
         "| model | mean golden share | golden doc gets most attention | uniform |",
