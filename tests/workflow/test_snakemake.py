@@ -25,8 +25,8 @@ SMOKE = ["--config", "preset=smoke"]
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(workdir), "MLFLOW_TRACKING_URI": ""}
-    env.pop("MLFLOW_TRACKING_URI")
+    env = {**os.environ, "PYTHONPATH": str(workdir)}
+    env.pop("MLFLOW_TRACKING_URI", None)  # the scratch copy's own sqlite store
     done = subprocess.run(
         [sys.executable, "-m", "snakemake", *args],
         cwd=workdir,
