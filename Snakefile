@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+from zoomattn import worker
 from zoomattn.config import ConfigError, config_hash, load_config
 from zoomattn.tracking import ENV_CONFIG_HASH, ENV_EXPERIMENT, ENV_PARENT
 
@@ -56,18 +57,27 @@ def zoomattn_cli(*args, stdin=None):
     return done.stdout
 
 
+WORKER = []  # the warm fork server of a local run (zoomattn/worker.py)
+
+
 onstart:
     # One parent MLflow run per invocation; jobs find it (and the experiment) in the environment.
     ids = json.loads(zoomattn_cli("mlflow-start", "--preset", PRESET, stdin=json.dumps(CFG)))
     os.environ[ENV_EXPERIMENT] = ids["experiment_id"]
     os.environ[ENV_PARENT] = ids["run_id"]
+    if workflow.local_exec and os.environ.get("ZOOMATTN_NO_WORKER") != "1":
+        WORKER.append(worker.start(PYTHON, f"{OUT}/logs/worker.log"))
 
 
 onsuccess:
+    for proc in WORKER:
+        worker.stop(proc)
     if ENV_PARENT in os.environ:
         zoomattn_cli("mlflow-end", "--run-id", os.environ[ENV_PARENT])
 
 
 onerror:
+    for proc in WORKER:
+        worker.stop(proc)
     if ENV_PARENT in os.environ:
         zoomattn_cli("mlflow-end", "--run-id", os.environ[ENV_PARENT], "--failed")

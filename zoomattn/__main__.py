@@ -32,6 +32,18 @@ THREADED = {"pretrain", "finetune", "evaluate", "attention"}
 
 
 def main(argv: list[str] | None = None) -> None:
+    """A job stage runs in the warm worker when the local run started one, else right here."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in STAGES:
+        from zoomattn.worker import run_in_worker
+
+        code = run_in_worker([sys.argv[0], *argv])
+        if code is not None:
+            sys.exit(code)
+    run_stage(argv)
+
+
+def run_stage(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="zoomattn")
     sub = parser.add_subparsers(dest="stage", required=True)
     for stage, paths in STAGES.items():
@@ -45,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         if stage == "report":
             p.add_argument("--eval-files", nargs="+", type=Path, required=True)
             p.add_argument("--attention-files", nargs="+", type=Path, required=True)
+    sub.add_parser("worker").add_argument("--socket", required=True, help="unix socket to serve")
     for name in ("mlflow-start", "mlflow-end"):
         p = sub.add_parser(name)
         p.add_argument("--results", required=True, type=Path)
@@ -52,11 +65,16 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--run-id")
         p.add_argument("--failed", action="store_true")
     args = vars(parser.parse_args(argv))
+    stage = args.pop("stage")
+    if stage == "worker":  # before logging is configured: its children configure their own
+        from zoomattn.worker import serve
+
+        serve(args["socket"])
+        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     from zoomattn import stages, tracking
 
-    stage = args.pop("stage")
     if stage == "mlflow-start":
         exp, run = tracking.start_parent(
             args["results"], args["preset"], json.load(sys.stdin), " ".join(sys.argv)

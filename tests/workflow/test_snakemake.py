@@ -24,8 +24,10 @@ pytestmark = pytest.mark.slow
 SMOKE = ["--config", "preset=smoke"]
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(workdir)}
+def snakemake(
+    workdir: Path, *args: str, check: bool = True, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(workdir), **(env or {})}
     env.pop("MLFLOW_TRACKING_URI", None)  # the scratch copy's own sqlite store
     done = subprocess.run(
         [sys.executable, "-m", "snakemake", *args],
@@ -114,7 +116,8 @@ def test_every_job_is_one_finished_mlflow_child_run_of_the_invocation(workdir):
     children = [r for r in runs if r.data.tags.get("zoomattn.kind") == "job"]
     first = min(parents, key=lambda r: r.info.start_time)
     mine = [r for r in children if r.data.tags.get("mlflow.parentRunId") == first.info.run_id]
-    n_jobs = len(list((workdir / "results/smoke/logs").rglob("*.log")))  # one log per job
+    logs = (workdir / "results/smoke/logs").rglob("*.log")
+    n_jobs = len([p for p in logs if p.name != "worker.log"])  # one log per job
     assert len(mine) == n_jobs
     assert {r.info.status for r in mine} == {"FINISHED"} and first.info.status == "FINISHED"
     assert default == []  # nothing misfiled into the Default experiment
@@ -181,7 +184,15 @@ def test_invalid_config_stops_before_any_job_naming_the_key(workdir, tmp_path):
     assert "config.presets.smoke.benchmarks.coqa_like.noise_ratios[0]" in done.stdout + done.stderr
 
 
-def test_rerunning_a_job_with_the_same_config_gives_identical_metric_files(workdir):
+def test_the_warm_worker_ran_jobs_and_stopped_with_the_run(workdir):
+    log = (workdir / "results/smoke/logs/worker.log").read_text()
+    assert "job evaluate " in log and "job finetune " in log
+    socket_path = re.search(r"ready in [\d.]+ s at (\S+)", log).group(1)
+    assert not os.path.exists(socket_path)
+    assert subprocess.run(["pgrep", "-f", socket_path], capture_output=True).returncode == 1
+
+
+def test_rerunning_a_job_in_fresh_processes_gives_the_worker_made_files_byte_for_byte(workdir):
     out = workdir / "results/smoke"
     files = [
         out / "models/qlora_s0/metrics.json",
@@ -190,7 +201,15 @@ def test_rerunning_a_job_with_the_same_config_gives_identical_metric_files(workd
         out / "attention/qlora_s0.json",
     ]
     before = {f: f.read_bytes() for f in files}
-    snakemake(workdir, "-j", "2", *SMOKE, "--forcerun", "results/smoke/models/qlora_s0")
+    snakemake(
+        workdir,
+        "-j",
+        "2",
+        *SMOKE,
+        "--forcerun",
+        "results/smoke/models/qlora_s0",
+        env={"ZOOMATTN_NO_WORKER": "1"},
+    )
     assert {f: f.read_bytes() for f in files} == before
 
 

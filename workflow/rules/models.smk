@@ -6,6 +6,7 @@ rule pretrain:
     params:
         spec=lambda w: as_json(pretrain_spec()),
         ckpt=f"{OUT}/checkpoints/base",
+    priority: 20  # everything after the data waits for it: start it as soon as the world exists
     threads: 2
     resources:
         mem_mb=4000,
