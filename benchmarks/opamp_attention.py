@@ -1,10 +1,17 @@
 """Benchmark: fused OpAmp attention vs plain causal SDPA vs the materialised OpAmp formula.
 
-Forward + backward of the attention function as the model calls it (post-RoPE q/k/v in, output
-out; OpAmp includes its four adapters), at several sequence lengths. Each (variant, length) runs in
-a fresh subprocess so that its peak memory is its own: peak = the process's peak RSS during one
-forward+backward minus its RSS just before (inputs already allocated). Time = median of repeats.
-Results are ratios measured in the same run; write them with
+Forward + backward of the attention function as the model calls it (post-RoPE q/k/v laid out as
+the model's projections leave them, output out; OpAmp includes its four adapters), at several
+sequence lengths. Variants: ``opamp_fused`` is what training runs on CPU (the memory-lean autograd
+function of ``zoomattn.attention.math``), ``opamp_fused_autograd`` is plain autograd through the
+two SDPA calls (the path on devices without a wired kernel), ``opamp_materialised`` the formula.
+
+Memory: each (variant, length) runs in a fresh process with glibc's mmap threshold pinned, so
+freed tensors go back to the OS and the resident set follows live memory. After one warm-up step,
+the kernel's peak-RSS counter is reset (``/proc/self/clear_refs``) and one more step runs; its
+peak RSS minus the RSS before it is the peak *above the inputs*. The peak *including the inputs*
+adds q, k, v and the adapter weights (what ``torch.cuda.max_memory_allocated`` would count).
+Time: all variants of one length alternate in one process (default malloc), median of the repeats.
 
     python benchmarks/opamp_attention.py   # -> benchmarks/results/opamp_attention.{json,md}
 """
@@ -13,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import statistics
 import subprocess
 import sys
@@ -21,26 +28,19 @@ import time
 from datetime import date
 from pathlib import Path
 
-VARIANTS = ("sdpa", "opamp_fused", "opamp_fused_recompute", "opamp_materialised")
+VARIANTS = ("sdpa", "opamp_fused", "opamp_fused_autograd", "opamp_materialised")
+OPAMP = ("opamp_fused", "opamp_fused_autograd")
 OUT = Path(__file__).resolve().parent / "results"
+PINNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536"}
 
 
-def _rss_kib() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() // 1024
+def _status_kib(key: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(key))
 
 
-def measure(
-    variant: str,
-    n: int,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
-    adapter_dim: int,
-    repeats: int,
-    threads: int,
-) -> dict:
-    """Runs inside the child process."""
+def _setup(n: int, heads: int, kv_heads: int, head_dim: int, adapter_dim: int, threads: int):
+    """Inputs and the step function of every variant (run in the child process)."""
     import torch
 
     from zoomattn.attention.math import sdpa
@@ -49,63 +49,60 @@ def measure(
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    q = torch.randn(1, heads, n, head_dim, requires_grad=True)
-    k = torch.randn(1, kv_heads, n, head_dim, requires_grad=True)
-    v = torch.randn(1, kv_heads, n, head_dim, requires_grad=True)
-    cfg = OpAmpConfig(10.0, adapter_dim, 1, 0.0, recompute=variant == "opamp_fused_recompute")
-    layer = OpAmpAttention(heads, kv_heads, head_dim, cfg)
-    fn = {
-        "sdpa": lambda: sdpa(q, k, v),
-        "opamp_fused": lambda: layer(q, k, v),
-        "opamp_fused_recompute": lambda: layer(q, k, v),
-        "opamp_materialised": lambda: layer.materialised(q, k, v),
-    }[variant]
 
-    def step():
-        fn().square().mean().backward()
-        for t in (q, k, v, *layer.parameters()):
+    def projected(h):  # [B, L, H, D] viewed as [B, H, L, D], as q_proj(x).view(...).transpose(1, 2)
+        return torch.randn(1, n, h, head_dim).transpose(1, 2).requires_grad_(True)
+
+    q, k, v = projected(heads), projected(kv_heads), projected(kv_heads)
+    layer = OpAmpAttention(heads, kv_heads, head_dim, OpAmpConfig(10.0, adapter_dim, 1, 0.0))
+    fns = {
+        "sdpa": lambda: sdpa(q, k, v),
+        "opamp_fused": lambda: layer(q, k, v, lean=True),
+        "opamp_fused_autograd": lambda: layer(q, k, v, lean=False),
+        "opamp_materialised": lambda: layer.materialised(q, k, v),
+    }
+    tensors = (q, k, v, *layer.parameters())
+
+    def step(variant):
+        fns[variant]().square().mean().backward()
+        for t in tensors:
             t.grad = None
 
-    before = _rss_kib()
-    step()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-    times = []
+    input_mib = sum(t.numel() * t.element_size() for t in tensors) / 2**20
+    return step, input_mib
+
+
+def measure_memory(variant: str, n: int, shape: dict, threads: int) -> dict:
+    step, input_mib = _setup(n, **shape, threads=threads)
+    step(variant)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+    before = _status_kib("VmRSS:")
+    step(variant)
+    above = (_status_kib("VmHWM:") - before) / 1024
+    return {"variant": variant, "n": n, "peak_mib": above, "input_mib": input_mib}
+
+
+def measure_time(variants: list[str], n: int, shape: dict, threads: int, repeats: int) -> dict:
+    step, _ = _setup(n, **shape, threads=threads)
+    times = {v: [] for v in variants}
+    for v in variants:
+        step(v)  # warm-up
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return {
-        "variant": variant,
-        "n": n,
-        "seconds": statistics.median(times),
-        "peak_mib": peak / 1024,
-    }
+        for v in variants:
+            t0 = time.perf_counter()
+            step(v)
+            times[v].append(time.perf_counter() - t0)
+    return {v: statistics.median(t) for v, t in times.items()}
 
 
-def run_child(variant: str, n: int, args) -> dict:
-    cmd = [
-        sys.executable,
-        __file__,
-        "--child",
-        variant,
-        "--lengths",
-        str(n),
-        "--heads",
-        str(args.heads),
-        "--kv-heads",
-        str(args.kv_heads),
-        "--head-dim",
-        str(args.head_dim),
-        "--adapter-dim",
-        str(args.adapter_dim),
-        "--repeats",
-        str(args.repeats),
-        "--threads",
-        str(args.threads),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+def run_child(task: dict) -> dict:
+    """Run one measurement in a fresh process (its own peak, its own allocator state)."""
+    env = {**os.environ, **(PINNED_MALLOC if task["kind"] == "memory" else {})}
+    cmd = [sys.executable, __file__, "--child", json.dumps(task)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode:
-        return {"variant": variant, "n": n, "error": done.stderr.strip().splitlines()[-1]}
+        raise RuntimeError(f"{task}: {done.stderr.strip().splitlines()[-1]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -113,28 +110,32 @@ def materialised_bytes(n: int, heads: int) -> int:
     return 6 * heads * n * n * 4  # scores/probs of two branches, M̄, and their gradients (fp32)
 
 
-def report(rows: list[dict], args) -> tuple[dict, str]:
-    by = {(r["variant"], r["n"]): r for r in rows}
+def report(memory: dict, seconds: dict, args) -> tuple[dict, str]:
+    """memory[(variant, n)] = measure_memory(...); seconds[n][variant] = median seconds."""
     table = []
     for n in args.lengths:
-        base, mat = by[("sdpa", n)], by[("opamp_materialised", n)]
-        for variant in ("opamp_fused", "opamp_fused_recompute"):
-            r = by[(variant, n)]
+        base, mat = memory[("sdpa", n)], memory.get(("opamp_materialised", n))
+        for variant in OPAMP:
+            r = memory[(variant, n)]
             e = {
                 "n": n,
                 "variant": variant,
-                "seconds": r["seconds"],
-                "peak_mib": r["peak_mib"],
-                "time_vs_sdpa": r["seconds"] / base["seconds"],
-                "memory_vs_sdpa": r["peak_mib"] / base["peak_mib"],
-                "sdpa_seconds": base["seconds"],
-                "sdpa_peak_mib": base["peak_mib"],
-                "materialised_seconds": mat["seconds"],
-                "materialised_peak_mib": mat["peak_mib"],
+                "seconds": seconds[n][variant],
+                "peak_above_inputs_mib": r["peak_mib"],
+                "peak_with_inputs_mib": r["peak_mib"] + r["input_mib"],
+                "time_vs_sdpa": seconds[n][variant] / seconds[n]["sdpa"],
+                "memory_above_inputs_vs_sdpa": r["peak_mib"] / base["peak_mib"],
+                "memory_with_inputs_vs_sdpa": (r["peak_mib"] + r["input_mib"])
+                / (base["peak_mib"] + base["input_mib"]),
+                "sdpa_seconds": seconds[n]["sdpa"],
+                "sdpa_peak_above_inputs_mib": base["peak_mib"],
+                "sdpa_input_mib": base["input_mib"],
             }
-            if mat["seconds"] is not None:
-                e["time_vs_materialised"] = r["seconds"] / mat["seconds"]
-                e["memory_vs_materialised"] = r["peak_mib"] / mat["peak_mib"]
+            if mat is not None:
+                e["time_vs_materialised"] = seconds[n][variant] / seconds[n]["opamp_materialised"]
+                e["memory_above_inputs_vs_materialised"] = r["peak_mib"] / mat["peak_mib"]
+                e["materialised_seconds"] = seconds[n]["opamp_materialised"]
+                e["materialised_peak_above_inputs_mib"] = mat["peak_mib"]
             table.append(e)
     meta = {
         "date": date.today().isoformat(),
@@ -149,21 +150,23 @@ def report(rows: list[dict], args) -> tuple[dict, str]:
 
     lines = [
         f"OpAmp attention forward+backward vs plain causal SDPA and the materialised formula "
-        f"({meta['shape']}; {args.threads} threads; {meta['date']}; median of {args.repeats}).",
+        f"({meta['shape']}; {args.threads} threads; {meta['date']}; time: median of "
+        f"{args.repeats}, variants interleaved; memory: peak live memory of one warm step).",
         "",
-        "| tokens | variant | time / SDPA | peak mem / SDPA | time / materialised "
-        "| peak mem / materialised | s | MiB | SDPA s | SDPA MiB | materialised s "
-        "| materialised MiB |",
+        "| tokens | variant | time / SDPA | peak mem above inputs / SDPA "
+        "| peak mem with inputs / SDPA | time / materialised | peak mem / materialised "
+        "| s | MiB above inputs | SDPA s | SDPA MiB above inputs | inputs MiB |",
         "|" + "---|" * 12,
     ]
     for e in table:
         lines.append(
-            f"| {e['n']} | {e['variant']} | {e['time_vs_sdpa']:.2f}× | {e['memory_vs_sdpa']:.2f}× "
+            f"| {e['n']} | {e['variant']} | {e['time_vs_sdpa']:.2f}× "
+            f"| {e['memory_above_inputs_vs_sdpa']:.2f}× | {e['memory_with_inputs_vs_sdpa']:.2f}× "
             f"| {fmt(e.get('time_vs_materialised'), '.2f')} "
-            f"| {fmt(e.get('memory_vs_materialised'), '.3f')} | {e['seconds']:.3f} "
-            f"| {e['peak_mib']:.1f} | {e['sdpa_seconds']:.3f} | {e['sdpa_peak_mib']:.1f} "
-            f"| {fmt(e['materialised_seconds'], '.3f')} "
-            f"| {fmt(e['materialised_peak_mib'], '.1f')} |"
+            f"| {fmt(e.get('memory_above_inputs_vs_materialised'), '.3f')} "
+            f"| {e['seconds']:.3f} | {e['peak_above_inputs_mib']:.1f} "
+            f"| {e['sdpa_seconds']:.3f} | {e['sdpa_peak_above_inputs_mib']:.1f} "
+            f"| {e['sdpa_input_mib']:.1f} |"
         )
     return {"meta": meta, "rows": table}, "\n".join(lines) + "\n"
 
@@ -175,38 +178,37 @@ def main() -> None:
     p.add_argument("--kv-heads", type=int, default=4)
     p.add_argument("--head-dim", type=int, default=16)
     p.add_argument("--adapter-dim", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-materialised-gib", type=float, default=12.0)
-    p.add_argument("--child", choices=VARIANTS)
+    p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args()
     if args.child:
-        print(
-            json.dumps(
-                measure(
-                    args.child,
-                    args.lengths[0],
-                    args.heads,
-                    args.kv_heads,
-                    args.head_dim,
-                    args.adapter_dim,
-                    args.repeats,
-                    args.threads,
-                )
-            )
-        )
+        task = json.loads(args.child)
+        if task.pop("kind") == "memory":
+            print(json.dumps(measure_memory(**task)))
+        else:
+            print(json.dumps(measure_time(**task)))
         return
-    rows = []
+    shape = {
+        "heads": args.heads,
+        "kv_heads": args.kv_heads,
+        "head_dim": args.head_dim,
+        "adapter_dim": args.adapter_dim,
+    }
+    memory, seconds = {}, {}
     for n in args.lengths:
-        for variant in VARIANTS:
-            too_big = materialised_bytes(n, args.heads) > args.max_materialised_gib * 2**30
-            if variant == "opamp_materialised" and too_big:
-                rows.append({"variant": variant, "n": n, "seconds": None, "peak_mib": None})
-                continue
-            rows.append(run_child(variant, n, args))
-            print(json.dumps(rows[-1]), flush=True)
-    data, md = report(rows, args)
+        fits = materialised_bytes(n, args.heads) <= args.max_materialised_gib * 2**30
+        variants = [v for v in VARIANTS if fits or v != "opamp_materialised"]
+        for variant in variants:
+            task = {"kind": "memory", "variant": variant, "n": n, "shape": shape}
+            memory[(variant, n)] = run_child({**task, "threads": args.threads})
+            print(json.dumps(memory[(variant, n)]), flush=True)
+        task = {"kind": "time", "variants": variants, "n": n, "shape": shape}
+        seconds[n] = run_child({**task, "threads": args.threads, "repeats": args.repeats})
+        print(json.dumps({"n": n, "seconds": seconds[n]}), flush=True)
+    data, md = report(memory, seconds, args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "opamp_attention.json").write_text(json.dumps(data, indent=1) + "\n")
     (args.out / "opamp_attention.md").write_text(md)

@@ -27,15 +27,16 @@ def test_gains_follow_the_cmrr(K):
     assert w_plus + w_minus == pytest.approx(a_c)  # rows of M̄ sum to A_c
 
 
-@pytest.mark.parametrize("recompute", [False, True])
+@pytest.mark.parametrize("lean", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("K", [5.0, math.inf])
 @pytest.mark.parametrize("padded", [False, True])
-def test_fused_opamp_equals_materialised_formula_values_and_gradients(K, padded, dtype, recompute):
-    """float64 checks the identity itself; float32 checks values (its gradients differ by float32
-    rounding amplified by the A_d·(M⁺ − M⁻) cancellation, ~5e-5 at K=5)."""
+def test_fused_opamp_equals_materialised_formula_values_and_gradients(K, padded, dtype, lean):
+    """Both fused paths: the memory-lean autograd function (CPU training) and plain autograd
+    through two SDPA calls. float64 checks the identity itself; float32 checks values (its
+    gradients differ by float32 rounding amplified by the A_d·(M⁺ − M⁻) cancellation)."""
     torch.manual_seed(0)
-    cfg = OpAmpConfig(K, 6, dropout=0.0, recompute=recompute)
+    cfg = OpAmpConfig(K, 6, dropout=0.0)
     layer = OpAmpAttention(n_heads=4, n_kv_heads=2, head_dim=8, cfg=cfg)
     _randomise_adapters(layer)
     layer.to(dtype)
@@ -43,7 +44,7 @@ def test_fused_opamp_equals_materialised_formula_values_and_gradients(K, padded,
     mask = left_padding_mask([7, 4], 7) if padded else None
     rows = slice(3, None)  # queries that are real tokens in both rows of the batch
     outs, grads = [], []
-    for fn in (layer.forward, layer.materialised):
+    for fn in (lambda *a: layer(*a, lean=lean), layer.materialised):
         out = fn(q, k, v, mask)[:, :, rows]
         g = torch.autograd.grad(out.pow(2).sum(), [q, k, v, *layer.parameters()])
         outs.append(out)
@@ -52,6 +53,26 @@ def test_fused_opamp_equals_materialised_formula_values_and_gradients(K, padded,
     if dtype == torch.float64:
         for a, b in zip(*grads, strict=True):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_lean_backward_replays_the_forwards_dropout_masks():
+    """The lean path recomputes the adapters in backward; with dropout on, its gradients match
+    plain autograd's only if it replays the forward's random masks (and it leaves the RNG as
+    plain autograd does)."""
+    layer = OpAmpAttention(4, 2, 8, OpAmpConfig(5.0, 6, dropout=0.5)).double().train()
+    _randomise_adapters(layer)
+    q, k, v = (t.double().requires_grad_(True) for t in _qkv())
+    results = []
+    for lean in (True, False):
+        torch.manual_seed(3)
+        out = layer(q, k, v, lean=lean)
+        grads = torch.autograd.grad(out.pow(2).sum(), [q, k, v, *layer.parameters()])
+        results.append((out, grads, torch.get_rng_state()))
+    (out_a, grads_a, rng_a), (out_b, grads_b, rng_b) = results
+    torch.testing.assert_close(out_a, out_b)
+    for a, b in zip(grads_a, grads_b, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
+    assert torch.equal(rng_a, rng_b)
 
 
 def test_zero_initialised_adapters_leave_attention_unchanged():

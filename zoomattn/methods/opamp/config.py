@@ -12,7 +12,6 @@ class OpAmpConfig:
     adapter_dim: int = 64
     every: int = 2
     dropout: float = 0.1
-    recompute: bool = False  # keep only q/k/v for backward; recompute each branch (less memory)
 
     def gains(self) -> tuple[float, float]:
         """(A_c, A_d): A_c = 1, A_d = K; for K = inf, A_c = 0 and A_d = 1."""

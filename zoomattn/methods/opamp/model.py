@@ -7,7 +7,8 @@ A_d = 1. Since M̄V = (A_d + A_c/2)·M⁺V + (A_c/2 − A_d)·M⁻V, the output 
 and no N×N matrix is formed. Adapters E(x) = x + GELU(dropout(x) W₁) W₂ act on the whole flattened
 q (all query heads) or k (the KV heads, before GQA repetition) after RoPE; W₂ starts at zero, so
 at initialisation M⁺ = M⁻ = M and M̄ = M for every finite K (Eq. 14). Only layers with
-``layer_idx % every == 0`` are adapted.
+``layer_idx % every == 0`` are adapted. Training on CPU keeps only q, k, v and each branch's output
+and log-sum-exp for backward (``two_branch_attention``), recomputing the adapters there.
 """
 
 from __future__ import annotations
@@ -17,10 +18,14 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from zoomattn.attention.interface import attention_modules
-from zoomattn.attention.math import attention_probs, last_row_probs, repeat_kv, sdpa
+from zoomattn.attention.math import (
+    attention_probs,
+    last_row_probs,
+    repeat_kv,
+    two_branch_attention,
+)
 from zoomattn.methods.opamp.config import OpAmpConfig
 
 
@@ -57,30 +62,23 @@ class OpAmpAttention(nn.Module):
         self.q2 = BottleneckAdapter(q_dim, cfg.adapter_dim, cfg.dropout)
         self.k2 = BottleneckAdapter(k_dim, cfg.adapter_dim, cfg.dropout)
         self.w_plus, self.w_minus = cfg.branch_weights()
-        self.recompute = cfg.recompute
+
+    def branch(self, i: int, q, k):
+        """(E_q±(q), E_k±(k)) of branch 0 (M⁺) or 1 (M⁻)."""
+        eq, ek = (self.q1, self.k1) if i == 0 else (self.q2, self.k2)
+        return _adapt(eq, q), _adapt(ek, k)
 
     def branches(self, q, k):
-        return (_adapt(self.q1, q), _adapt(self.k1, k)), (_adapt(self.q2, q), _adapt(self.k2, k))
+        return self.branch(0, q, k), self.branch(1, q, k)
 
-    def forward(self, q, k, v, mask=None, scaling=None, last_row: bool = False):
+    def forward(self, q, k, v, mask=None, scaling=None, last_row: bool = False, lean=None):
         if last_row:  # signed M̄ row of the last query: rows sum to A_c, entries may be < 0
             (q1, k1), (q2, k2) = self.branches(q, k)
             row_plus = last_row_probs(q1, k1, mask, scaling)
             return self.w_plus * row_plus + self.w_minus * last_row_probs(q2, k2, mask, scaling)
-        if self.recompute and torch.is_grad_enabled():
-            # Backward recomputes one branch at a time, so the two branches' adapter and attention
-            # outputs are never alive together: less peak memory for one more forward per branch.
-            return sum(
-                checkpoint(self._branch, i, q, k, v, mask, scaling, use_reentrant=False)
-                for i in (1, 2)
-            )
-        return self._branch(1, q, k, v, mask, scaling) + self._branch(2, q, k, v, mask, scaling)
-
-    def _branch(self, which: int, q, k, v, mask, scaling):
-        """w± · softmax(E_q±(q) E_k±(k)ᵀ·scale + mask) v, one fused SDPA call."""
-        if which == 1:
-            return self.w_plus * sdpa(_adapt(self.q1, q), _adapt(self.k1, k), v, mask, scaling)
-        return self.w_minus * sdpa(_adapt(self.q2, q), _adapt(self.k2, k), v, mask, scaling)
+        weights = (self.w_plus, self.w_minus)
+        params = tuple(p for p in self.parameters() if p.requires_grad)
+        return two_branch_attention(q, k, v, self.branch, weights, params, mask, scaling, lean)
 
     def materialised(self, q, k, v, mask=None, scaling=None) -> torch.Tensor:
         """The formula itself, M̄ built as a matrix: the reference for tests and benchmarks."""
