@@ -73,22 +73,23 @@ def test_a_job_in_the_worker_gets_the_clients_argv_env_cwd_stdio_and_exit_code(s
     assert (tmp_path / "err.log").read_text() == "to stderr\n"
 
 
-def test_killing_the_client_kills_its_job(server, tmp_path):
+def _sleeping_job(server, tmp_path) -> tuple[subprocess.Popen, int]:
+    """A client whose job sleeps in the worker, and the pid of the child running that job."""
     path = server("tests.worker_entry:sleep")
     pid_file = tmp_path / "pid"
     job = client(path, str(pid_file))
     assert _wait_for(pid_file.exists)
-    child = int(pid_file.read_text())
+    return job, int(pid_file.read_text())
+
+
+def test_killing_the_client_kills_its_job(server, tmp_path):
+    job, child = _sleeping_job(server, tmp_path)
     job.kill()  # SIGKILL: the client cannot forward it
     assert _wait_for(lambda: not _alive(child)), "the job outlived its killed client"
 
 
 def test_sigterm_to_the_client_stops_its_job_and_fails_the_client(server, tmp_path):
-    path = server("tests.worker_entry:sleep")
-    pid_file = tmp_path / "pid"
-    job = client(path, str(pid_file))
-    assert _wait_for(pid_file.exists)
-    child = int(pid_file.read_text())
+    job, child = _sleeping_job(server, tmp_path)
     job.send_signal(signal.SIGTERM)
     assert job.wait(timeout=10) != 0
     assert _wait_for(lambda: not _alive(child))

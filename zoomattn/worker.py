@@ -186,16 +186,14 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, entry: str = ENTRY) -> 
     os.replace(tmp, path)  # clients see the socket only once it is listening
     server.settimeout(1.0)
     print(f"zoomattn worker: ready in {time.time() - t0:.1f} s at {path}", flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     try:
-        while not stop.is_set() and os.getppid() == parent:
+        while not stopping.is_set() and os.getppid() == parent:
             try:
                 conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            except InterruptedError:
+            except (TimeoutError, InterruptedError):
                 continue
             conn.settimeout(None)
             fds = []
