@@ -4,7 +4,8 @@ A method changes attention by hanging a module under ``attn_module.zoom``; layer
 plain fused SDPA, identical to transformers' ``sdpa``. The zoom module's forward takes
 ``(query, key, value, mask, scaling, last_row=False)``: with ``last_row`` it returns the attention
 weights of the last query position ``[B, H, S]`` instead of the output (the probe used for
-attention diagnostics). Calling through ``forward`` keeps peft wrappers working.
+attention diagnostics). ``recording_last_scores`` probes the base pre-softmax scores instead.
+Calling through ``forward`` keeps peft wrappers working.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from zoomattn.attention.math import last_row_probs, sdpa
+from zoomattn.attention.math import last_row_probs, last_row_scores, sdpa
 
 NAME = "zoomattn"
 
@@ -26,6 +27,8 @@ def zoom_attention(module, query, key, value, attention_mask, dropout=0.0, scali
         raise ValueError("zoomattn attention has no attention dropout; set attention_dropout=0")
     mask = attention_mask if attention_mask is None else attention_mask.bool()
     zoom = getattr(module, "zoom", None)
+    if getattr(module, "record_last_scores", False):  # the base scores (q·kᵀ·s), any method
+        module.last_scores = last_row_scores(query, key, mask, scaling).detach()
     if getattr(module, "record_last_row", False):
         if zoom is None:
             row = last_row_probs(query, key, mask, scaling)
@@ -50,14 +53,24 @@ def attention_modules(model) -> list[torch.nn.Module]:
 
 
 @contextlib.contextmanager
-def recording_last_row(model) -> Iterator[list[torch.nn.Module]]:
-    """While active, each layer stores the last query row of its attention as ``.last_row``."""
+def _recording(model, flag: str, attr: str) -> Iterator[list[torch.nn.Module]]:
     modules = attention_modules(model)
     for m in modules:
-        m.record_last_row = True
+        setattr(m, flag, True)
     try:
         yield modules
     finally:
         for m in modules:
-            m.record_last_row = False
-            m.__dict__.pop("last_row", None)
+            setattr(m, flag, False)
+            m.__dict__.pop(attr, None)
+
+
+def recording_last_row(model):
+    """While active, each layer stores the last query row of its attention as ``.last_row``."""
+    return _recording(model, "record_last_row", "last_row")
+
+
+def recording_last_scores(model):
+    """While active, each layer stores the last query row of its base pre-softmax scores
+    (q·kᵀ·scale, NaN where masked) as ``.last_scores``: ``[B, H, S]``."""
+    return _recording(model, "record_last_scores", "last_scores")

@@ -65,3 +65,12 @@ def last_row_probs(q, k, mask=None, scaling=None) -> torch.Tensor:
     """Attention of the last query position only: ``[B, H, S]`` (one row, never the matrix)."""
     row_mask = None if mask is None else mask[:, :, -1:, :]
     return attention_probs(q[:, :, -1:], k, row_mask, scaling)[:, :, 0]
+
+
+def last_row_scores(q, k, mask=None, scaling=None) -> torch.Tensor:
+    """Pre-softmax scores q·kᵀ·scale of the last query position, NaN where masked: ``[B, H, S]``."""
+    scaling = q.shape[-1] ** -0.5 if scaling is None else scaling
+    scores = (q[:, :, -1:] @ repeat_kv(k, q.shape[1]).transpose(-1, -2))[:, :, 0] * scaling
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, :, -1, :], float("nan"))
+    return scores
