@@ -2,19 +2,25 @@
 (importable without torch, so the workflow parses fast) and ``model.py`` an ``attach(model, cfg)``
 that hangs the method's attention module under ``self_attn.zoom`` of the layers it changes (see
 ``zoomattn.attention.interface``). The LoRA layers every method shares come from
-``zoomattn.modeling.loading``. ``cells()`` expands a method's sweep key into grid cells.
+``zoomattn.modeling.loading``; a method may take some target modules over (``lora_exclude``).
+
+``cells()`` expands a ``methods:`` block into grid cells: an entry is named after its method, or
+names it with ``method:``; a list under one of the method's sweep keys is a grid axis (several
+lists: their product), and each value adds ``-<key><value>`` to the cell's name.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from zoomattn.methods.opamp import OpAmpConfig
 from zoomattn.methods.qlora import QLoRAConfig
+from zoomattn.methods.rectify import RectifyConfig
 
 HERE = Path(__file__).resolve().parent
 
@@ -23,7 +29,8 @@ HERE = Path(__file__).resolve().parent
 class Method:
     name: str
     config_cls: type
-    sweep: str | None  # the config key whose list of values is a grid axis, if any
+    sweep: tuple[str, ...] = ()  # config keys whose list of values is a grid axis
+    lora_exclude: tuple[str, ...] = ()  # shared LoRA target modules the method replaces
 
     @property
     def folder(self) -> Path:
@@ -40,10 +47,19 @@ class Method:
         values = {k: math.inf if v == "inf" else v for k, v in values.items()}
         return self.config_cls(**values)
 
+    def resolve(self, values: dict, lora: dict, **context) -> dict:
+        """The values a model is built and saved with (a method may fill in shared settings)."""
+        cfg = self.make_config(values)
+        return cfg.resolved(lora, **context) if hasattr(cfg, "resolved") else dict(values)
+
+    def lora_targets(self, targets) -> list[str]:
+        return [t for t in targets if t not in self.lora_exclude]
+
 
 METHODS: dict[str, Method] = {
-    "qlora": Method("qlora", QLoRAConfig, None),
-    "opamp": Method("opamp", OpAmpConfig, "K"),
+    "qlora": Method("qlora", QLoRAConfig),
+    "opamp": Method("opamp", OpAmpConfig, ("K",)),
+    "rectify": Method("rectify", RectifyConfig, ("xi", "g"), ("q_proj",)),
 }
 
 
@@ -53,16 +69,21 @@ def _value_name(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
+def method_of(entry: str, values: dict | None) -> str:
+    """The registry name of a ``methods:`` entry (its ``method:`` key, else its own name)."""
+    return (values or {}).get("method", entry)
+
+
 def cells(methods_cfg: dict) -> dict[str, tuple[str, dict]]:
-    """Grid cells of the configured methods: run name -> (method name, config values)."""
+    """Grid cells of a ``methods:`` block: run name -> (method name, config values)."""
     out = {}
-    for name, values in methods_cfg.items():
-        method = METHODS[name]
+    for entry, values in methods_cfg.items():
         values = dict(values or {})
-        sweep = values.pop(method.sweep, None) if method.sweep else None
-        if sweep is None:
-            out[name] = (name, values)
-            continue
-        for v in sweep:
-            out[f"{name}-{method.sweep}{_value_name(v)}"] = (name, {**values, method.sweep: v})
+        method = METHODS[values.pop("method", entry)]
+        axes = [k for k in method.sweep if isinstance(values.get(k), list)]
+        for combo in itertools.product(*(values[k] for k in axes)):
+            name = entry + "".join(
+                f"-{k}{_value_name(v)}" for k, v in zip(axes, combo, strict=True)
+            )
+            out[name] = (method.name, {**values, **dict(zip(axes, combo, strict=True))})
     return out

@@ -82,7 +82,7 @@ def build_trainable(
             r=lora["r"],
             lora_alpha=lora["alpha"],
             lora_dropout=lora["dropout"],
-            target_modules=list(lora["target_modules"]),
+            target_modules=method.lora_targets(lora["target_modules"]),
             bias="none",
             task_type="CAUSAL_LM",
         ),

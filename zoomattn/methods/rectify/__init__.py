@@ -1,0 +1,3 @@
+from zoomattn.methods.rectify.config import RectifyConfig
+
+__all__ = ["RectifyConfig"]
