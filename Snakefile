@@ -37,11 +37,12 @@ include: "workflow/rules/report.smk"
 localrules:  # light: under --profile slurm they run in the submitting process, not as jobs
     all,
     report,
+    rect_report,
 
 
 rule all:
     input:
-        REPORT,
+        REPORTS,
 
 
 def zoomattn_cli(*args, stdin=None):

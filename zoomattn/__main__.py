@@ -28,8 +28,10 @@ STAGES = {
     "evaluate": ["model_dir", "base_dir", "split_dir", "out", "predictions"],
     "attention": ["model_dir", "base_dir", "split_dir", "out"],
     "report": ["base_metrics", "out"],
+    "score-margin": ["model_dir", "base_dir", "split_dir", "out"],
+    "rect-report": ["margin", "out"],
 }
-THREADED = {"pretrain", "finetune", "evaluate", "attention"}
+THREADED = {"pretrain", "finetune", "evaluate", "attention", "score-margin"}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -57,9 +59,12 @@ def run_stage(argv: list[str]) -> None:
             p.add_argument("--world-dir", type=Path, help="the synthetic world (tiny, smoke)")
         if stage in THREADED:
             p.add_argument("--threads", type=int, default=1)
-        if stage == "report":
+        if stage in ("report", "rect-report"):
             p.add_argument("--eval-files", nargs="+", type=Path, required=True)
+        if stage == "report":
             p.add_argument("--attention-files", nargs="+", type=Path, required=True)
+        if stage == "finetune":
+            p.add_argument("--margin", type=Path, help="the base's score margin (xi: auto)")
     sub.add_parser("worker").add_argument("--socket", required=True, help="unix socket to serve")
     for name in ("mlflow-start", "mlflow-end"):
         p = sub.add_parser(name)

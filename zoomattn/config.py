@@ -16,7 +16,7 @@ import jsonschema
 import yaml
 
 from zoomattn.cluster import with_defaults
-from zoomattn.methods import METHODS, cells
+from zoomattn.methods import METHODS, cells, method_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -60,14 +60,63 @@ def load_config(raw: dict, schema_path: Path = SCHEMA) -> dict:
             f"configured benchmark ({', '.join(cfg['benchmarks'])})"
         )
     _check_scale(cfg, f"config.presets.{preset}")
-    for name, values in cfg["methods"].items():
-        try:
-            for _, cell_values in cells({name: values}).values():
-                METHODS[name].make_config(cell_values)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"config.methods.{name}: {exc}") from exc
+    _check_methods(cfg["methods"], "config.methods")
+    if cfg.get("rectification"):
+        _check_rectification(cfg)
     cfg["out"] = str(Path(cfg["results"]) / preset)
     return with_defaults(cfg)
+
+
+def _check_methods(methods: dict, where: str) -> None:
+    for name, values in methods.items():
+        method = method_of(name, values)
+        if method not in METHODS:
+            raise ConfigError(f"{where}.{name}: no method {method!r} (known: {', '.join(METHODS)})")
+        try:
+            for _, cell_values in cells({name: values}).values():
+                METHODS[method].make_config(cell_values)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}.{name}: {exc}") from exc
+
+
+def _check_rectification(cfg: dict) -> None:
+    """The study's benchmarks have names of their own and match the scale of the base model."""
+    rect = cfg["rectification"]
+    where = "config.rectification"
+    from zoomattn.grid import rect_entries
+
+    entries = rect_entries(rect)
+    _check_methods({e: values for e, (values, _) in entries.items()}, f"{where}.methods")
+    for entry, (_, placements) in entries.items():
+        if not set(placements) <= set(rect["placements"]):
+            raise ConfigError(
+                f"{where}.methods.{entry}.placements: {placements} is not a subset of the "
+                f"study's placements {rect['placements']}"
+            )
+    for name, spec in rect["benchmarks"].items():
+        if name in cfg["benchmarks"]:
+            raise ConfigError(
+                f"{where}.benchmarks.{name}: the name is already an OpAmp benchmark; "
+                "each benchmark name names one eval set"
+            )
+        if ("source" in spec) == is_synthetic(cfg):
+            need = "a hub or local base model" if "source" in spec else "base_model.source pretrain"
+            raise ConfigError(f"{where}.benchmarks.{name}: this kind of benchmark needs {need}")
+    if ("n_train" in rect["train"]) != is_synthetic(cfg):
+        raise ConfigError(
+            f"{where}.train: a pretrained-here base trains on n_train/mix (the synthetic world), "
+            "a hub base on dataset builders"
+        )
+    if "base_model" in rect and is_synthetic(cfg):
+        raise ConfigError(f"{where}.base_model: only hub or local base models differ per study")
+    if not is_synthetic(cfg):
+        from zoomattn.data.sources import BUILDERS
+
+        named = [(f"benchmarks.{b}.source", s["source"]) for b, s in rect["benchmarks"].items()]
+        named += [(f"train.{b}", b) for b in rect["train"]]
+        for key, name in named:
+            if name not in BUILDERS:
+                raise ConfigError(f"{where}.{key}: no dataset builder {name!r}")
 
 
 ARCHITECTURE_KEYS = ("hidden", "layers", "heads", "kv_heads", "intermediate", "max_positions")
@@ -161,6 +210,8 @@ CODE_GROUPS = {
         "data/*.py",
         "training/batching.py",
         "modeling/loading.py",
+        "modeling/hub.py",
+        "modeling/chat.py",
         "attention/*.py",
         "methods/__init__.py",
         "evaluation/*.py",

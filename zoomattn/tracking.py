@@ -161,6 +161,11 @@ def job_run(spec: dict, stage: str, name: str, results: str | Path) -> Iterator[
         "zoomattn.argv": " ".join(sys.argv),
         "zoomattn.host": socket.gethostname(),
     }
+    # filters in the MLflow UI: one study, one method, one placement, one model
+    tags["zoomattn.study"] = spec.get("study", "opamp")
+    for key in ("method", "placement", "model", "benchmark"):
+        if spec.get(key) is not None:
+            tags[f"zoomattn.{key}"] = str(spec[key])
     if os.environ.get("SLURM_JOB_ID"):  # find the cluster job (sacct, logs) of a run
         tags["zoomattn.slurm_job_id"] = os.environ["SLURM_JOB_ID"]
     with mlflow.start_run(

@@ -38,8 +38,15 @@ def test_dry_run_lists_every_job_with_gpus_for_training_and_evaluation(tmp_path,
     jobs = dry_run_jobs(wd, preset)
     n_cells = sum(len(b["noise_ratios"]) for b in cfg["benchmarks"].values())
     n_runs = 1 + len(cfg["methods"]["opamp"]["K"])
-    assert len(jobs["finetune"]) == n_runs
-    assert len(jobs["evaluate"]) == (1 + n_runs) * n_cells
+    rect = cfg.get("rectification")
+    n_rect = 0
+    if rect:  # paper: LoRA, 5 ξ and 3 g variants, each trained and tested at both placements
+        n_rect = (1 + len(rect["methods"]["rectify"]["xi"]) + 3) * 2
+        assert len(jobs["rect_eval_data"]) == 2 * len(rect["benchmarks"]) == 10
+        assert len(jobs["base_model"]) == 2  # the OpAmp base and the rectification Instruct model
+    assert len(jobs["finetune"]) == n_runs + n_rect
+    n_rect_evals = (n_rect + 2) * len(rect["benchmarks"]) if rect else 0
+    assert len(jobs["evaluate"]) == (1 + n_runs) * n_cells + n_rect_evals
     assert len(jobs["eval_data"]) == n_cells and "pretrain" not in jobs
     for rule, kind in (
         ("finetune", "finetune"),
@@ -162,7 +169,7 @@ def test_every_real_eval_set_holds_the_builders_records(real_run):
 
 
 def test_report_puts_published_numbers_and_deltas_beside_ours(real_run):
-    report = real_run / "results/small/report"
+    report = real_run / "results/small/report/opamp"
     text = (report / "README.md").read_text()
     assert "analogue" not in text.split("\n", 1)[0] and "Table 3: CMRR sweep" in text
     for name in ("table3_cmrr.png", "table4_coqa.png", "table5_faitheval.md", "fig5_attention.png"):

@@ -45,7 +45,7 @@ def workdir(tmp_path_factory) -> Path:
 
 
 def test_smoke_grid_produces_every_table_figure_and_prediction(workdir):
-    report = workdir / "results/smoke/report"
+    report = workdir / "results/smoke/report/opamp"
     for name in (
         "README.md",
         "table3_cmrr.md",
@@ -104,11 +104,11 @@ def test_changing_one_k_reruns_only_that_k_its_evaluations_and_the_report(workdi
     rules = sorted({r for r, _ in jobs})
     assert rules == ["all", "attention", "evaluate", "finetune", "report"]
     touched = {
-        w.get("run") or w.get("model")
+        w.get("trained") or w.get("model")
         for r, w in jobs
         if r in ("finetune", "evaluate", "attention")
     }
-    assert touched == {"opamp-K5", "opamp-K5_s0"}
+    assert touched == {"opamp-K5_s0"}
 
 
 def test_editing_one_methods_source_reruns_only_that_methods_jobs(workdir):
@@ -119,16 +119,22 @@ def test_editing_one_methods_source_reruns_only_that_methods_jobs(workdir):
         jobs = planned_jobs(workdir)
     finally:
         source.write_text(original)
-    models = {w.get("model") or f"{w['run']}_s{w['seed']}" for r, w in jobs if w}
+    models = {w.get("model") or w["trained"] for r, w in jobs if w}
     assert models and all(m.startswith("opamp-") for m in models)
     assert {r for r, _ in jobs} == {"all", "attention", "evaluate", "finetune", "report"}
 
 
 def test_changing_the_world_seed_reruns_everything(workdir):
+    from zoomattn.config import load_config
+    from zoomattn.grid import evaluations, trained_models
+
+    cfg = load_config({**yaml.safe_load((workdir / "config.yaml").read_text()), "preset": "smoke"})
     jobs = planned_jobs(workdir, "world_seed=99")
     counts = {r: sum(1 for rr, _ in jobs if rr == r) for r, _ in jobs}
-    assert counts["world"] == 1 and counts["pretrain"] == 1 and counts["finetune"] == 3
-    assert counts["evaluate"] == 4 * 3 and counts["attention"] == 4
+    assert counts["world"] == 1 and counts["pretrain"] == 1 and counts["attention"] == 4
+    assert counts["finetune"] == len(trained_models(cfg)) == 3 + 6
+    assert counts["evaluate"] == len(evaluations(cfg)) == 4 * 3 + 2 + 6
+    assert counts["score_margin"] == 1 and counts["rect_report"] == 1
 
 
 def test_invalid_config_stops_before_any_job_naming_the_key(workdir, tmp_path):
@@ -239,3 +245,45 @@ def test_a_real_benchmark_on_the_synthetic_scale_stops_at_parse_naming_the_key(w
     assert "config.benchmarks.x: a real dataset needs a hub or local base model" in (
         done.stdout + done.stderr
     )
+
+
+def test_rectification_part_writes_its_report_margin_and_answer_gaps(workdir):
+    out = workdir / "results/smoke"
+    for name in (
+        "README.md",
+        "table1_xi.png",
+        "fig3_answer_gap.png",
+        "fig4_g_variants.png",
+        "fig5_margin.png",
+    ):
+        assert (out / "report/rectification" / name).stat().st_size > 0, name
+    evals = list((out / "eval/rectification").rglob("*.json"))
+    assert len(evals) == 6 and all(e.stem in ("vanilla", "reverse") for e in evals)
+    for e in map(json.loads, (p.read_text() for p in evals)):
+        assert e["placement"] == e["split"] and e["answer_gap_examples"] > 0
+    margin = json.loads((out / "analysis/score_margin/base.json").read_text())
+    auto_dir = out / "models/rectification/rectify_auto-reverse_s0"
+    auto = json.loads((auto_dir / "method.json").read_text())
+    assert auto["config"]["xi"] == margin["xi_auto"] > 0  # ξ chosen from the measured margin
+    runs, _ = mlflow_runs(workdir)
+    tuned = [r for r in runs if r.data.tags.get("zoomattn.stage") == "finetune"]
+    rect = [r for r in tuned if r.data.tags["zoomattn.study"] == "rectification"]
+    assert len(rect) == 6 and {r.data.tags["zoomattn.placement"] for r in rect} == {
+        "vanilla",
+        "reverse",
+    }
+    assert {r.data.tags.get("method.xi") for r in rect} == {None, "3.0", str(margin["xi_auto"])}
+
+
+def test_changing_one_xi_reruns_only_that_xis_jobs_and_the_rectification_report(workdir, tmp_path):
+    override = tmp_path / "xi.yaml"
+    raw = yaml.safe_load((workdir / "config.yaml").read_text())
+    raw["presets"]["smoke"]["rectification"]["methods"]["rectify"]["xi"] = [5]
+    override.write_text(yaml.safe_dump(raw))
+    jobs = planned_jobs(workdir, "--configfile", str(override))
+    assert sorted({r for r, _ in jobs}) == ["all", "evaluate", "finetune", "rect_report"]
+    touched = {w.get("trained") or w.get("model") for r, w in jobs if r in ("finetune", "evaluate")}
+    assert touched == {
+        "rectification/rectify-xi5-vanilla_s0",
+        "rectification/rectify-xi5-reverse_s0",
+    }

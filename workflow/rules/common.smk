@@ -3,10 +3,11 @@
 # one of them changes.
 
 import json
+import re
 
+from zoomattn import grid
 from zoomattn.cluster import retries, rule_resources, threads
 from zoomattn.config import code_hash, is_synthetic
-from zoomattn.methods import cells
 
 RESULTS = CFG["results"]
 OUT = CFG["out"]
@@ -14,17 +15,28 @@ PRESET = CFG["preset"]
 SYNTHETIC = is_synthetic(CFG)  # tiny/smoke: world + pretrained-here base; paper/small: hub + real data
 WORLD = f"{OUT}/data/world"
 BASE = f"{OUT}/models/base"
-CELLS = cells(CFG["methods"])
-FINETUNED = [f"{run}_s{seed}" for run in CELLS for seed in CFG["seeds"]]
-MODELS = ["base"] + FINETUNED
-EVAL_CELLS = [(b, r) for b, spec in CFG["benchmarks"].items() for r in spec["noise_ratios"]]
+RECT = grid.rect_cfg(CFG)  # the rectification study's block (None: not in the grid)
+BASES = grid.base_models(CFG)  # base id -> base_model config
+TRAINED = grid.trained_models(CFG)  # model id -> grid.Model
+CELLS = {m.run: (m.method, m.values) for m in TRAINED.values() if m.study == "opamp"}
+FINETUNED = [m for m in TRAINED if TRAINED[m].study == "opamp"]
+MODELS = ["base"] + FINETUNED  # the OpAmp part's models (golden attention share, its report)
+EVALUATIONS = grid.evaluations(CFG)
+
+
+def _alternatives(names):
+    return "|".join(re.escape(n) for n in names)
 
 
 wildcard_constraints:
-    model="|".join(["base"] + [r.replace(".", r"\.") for r in FINETUNED]) or "base",
-    run="|".join(CELLS),
+    model=_alternatives([*BASES, *TRAINED]),
+    trained=_alternatives(TRAINED) or "none",
+    base=_alternatives(BASES),
     seed=r"\d+",
-    benchmark="|".join(CFG["benchmarks"]),
+    benchmark=_alternatives([*CFG["benchmarks"], *(RECT["benchmarks"] if RECT else [])]),
+    rbenchmark=_alternatives(RECT["benchmarks"] if RECT else ["none"]),
+    placement="vanilla|reverse",
+    split=r"r[0-9.]+|vanilla|reverse",
     noise=r"[0-9.]+",
 
 
@@ -56,6 +68,19 @@ def eval_data_spec(benchmark, noise):
             "data": {**world_spec()["data"], "n_eval": CFG["data"]["n_eval"]}}
 
 
+def rect_data_spec(placement, benchmark=None):
+    """A rectification train (benchmark None) or eval set: the examples do not depend on the
+    placement, only their layout does."""
+    base = {**world_spec(), "data": {**world_spec()["data"], "n_eval": CFG["data"]["n_eval"]}} \
+        if SYNTHETIC else {"preset": PRESET, "world_seed": CFG["world_seed"],
+                           "code": code_hash("sources"), "data": {"n_eval": CFG["data"]["n_eval"]}}
+    spec = {**base, "study": "rectification", "placement": placement,
+            "distractors": RECT["distractors"]}
+    if benchmark is None:
+        return {**spec, "train": RECT["train"]}
+    return {**spec, "benchmark": benchmark, "spec": RECT["benchmarks"][benchmark]}
+
+
 def world_input(wildcards):
     """The synthetic data jobs read the world; the real ones read their datasets."""
     return {"world": WORLD} if SYNTHETIC else {}
@@ -70,27 +95,48 @@ def pretrain_spec():
             "code": code_hash("pretrain")}
 
 
-def base_model_spec():
-    return {"preset": PRESET, "base_model": CFG["base_model"], "code": code_hash("base")}
+def base_model_spec(base):
+    return {"preset": PRESET, "base_model": BASES[base], "code": code_hash("base")}
 
 
-def finetune_spec(run, seed):
-    method, values = CELLS[run]
-    return {"preset": PRESET, "run": run, "seed": int(seed), "method": method,
-            "method_config": values, "finetune": CFG["finetune"],
-            "code": code_hash("finetune", method)}
+def finetune_spec(model):
+    m = TRAINED[model]
+    ft = CFG["finetune"] if m.study == "opamp" else {**CFG["finetune"], **RECT.get("finetune", {})}
+    spec = {"preset": PRESET, "run": model, "seed": m.seed, "method": m.method,
+            "method_config": m.values, "finetune": ft, "code": code_hash("finetune", m.method)}
+    if m.study != "opamp":
+        spec.update(study=m.study, placement=m.placement, base=m.base)
+    return spec
 
 
 def model_method(model):
-    return None if model == "base" else CELLS[model.rsplit("_s", 1)[0]][0]
+    return TRAINED[model].method if model in TRAINED else None
 
 
-def eval_spec(model, benchmark, noise):
-    spec = CFG["benchmarks"][benchmark]
-    return {"preset": PRESET, "model": model, "benchmark": benchmark, "metric": spec["metric"],
-            "noise_ratio": float(noise), "evaluation": CFG["evaluation"],
-            "quantization": CFG["finetune"]["quantization"],
-            "code": code_hash("evaluate", model_method(model))}
+def model_base(model):
+    return TRAINED[model].base if model in TRAINED else model
+
+
+def finetune_input(wildcards):
+    m = TRAINED[wildcards.trained]
+    inputs = {"data": f"{OUT}/data/{m.train_data}", "base": model_dir(m.base)}
+    if m.values.get("xi") == "auto":  # ξ from the base model's score margin
+        inputs["margin"] = margin_file(m.base)
+    return inputs
+
+
+def eval_spec(model, benchmark, split):
+    study = grid.study_of_benchmark(CFG, benchmark)
+    spec = grid.benchmarks(CFG, study)[benchmark]
+    out = {"preset": PRESET, "model": model, "benchmark": benchmark, "metric": spec["metric"],
+           "split": split, "evaluation": CFG["evaluation"],
+           "quantization": CFG["finetune"]["quantization"],
+           "code": code_hash("evaluate", model_method(model))}
+    if study == "opamp":
+        out["noise_ratio"] = float(split[1:])
+    else:
+        out.update(study=study, placement=split, answer_gap_examples=RECT["answer_gap_examples"])
+    return out
 
 
 def attention_spec(model):
@@ -101,6 +147,22 @@ def attention_spec(model):
             "code": code_hash("evaluate", model_method(model))}
 
 
+def margin_file(base):
+    return f"{OUT}/analysis/score_margin/{base}.json"
+
+
+def margin_split():
+    """The eval split the score margin is measured on: the first benchmark, first placement."""
+    return next(iter(RECT["benchmarks"])), RECT["placements"][0]
+
+
+def margin_spec(base):
+    benchmark, placement = margin_split()
+    return {"preset": PRESET, "model": base, "benchmark": benchmark, "placement": placement,
+            "examples": RECT["margin_examples"],
+            "quantization": CFG["finetune"]["quantization"], "code": code_hash("evaluate")}
+
+
 def model_dir(model):
     return f"{OUT}/models/{model}"
 
@@ -109,6 +171,11 @@ def split_dir(benchmark, noise):
     return f"{OUT}/data/eval/{benchmark}/r{float(noise):g}"
 
 
-EVAL_FILES = [f"{OUT}/eval/{m}/{b}/r{r:g}.json" for m in MODELS for b, r in EVAL_CELLS]
+EVAL_FILES = [f"{OUT}/eval/{m}/{b}/r{r:g}.json" for m in MODELS for b, r in
+              [(b, r) for b, spec in CFG["benchmarks"].items() for r in spec["noise_ratios"]]]
 ATTENTION_FILES = [f"{OUT}/attention/{m}.json" for m in MODELS]
-REPORT = f"{OUT}/report"
+REPORT = f"{OUT}/report/opamp"
+RECT_EVAL_FILES = [f"{OUT}/eval/{m}/{b}/{s}.json" for m, b, s in EVALUATIONS
+                   if RECT and b in RECT["benchmarks"]]
+RECT_REPORT = f"{OUT}/report/rectification"
+REPORTS = [REPORT] + ([RECT_REPORT] if RECT else [])

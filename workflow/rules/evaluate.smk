@@ -1,19 +1,19 @@
 rule evaluate:
     input:
         model=lambda w: model_dir(w.model),
-        base=BASE,
-        split=lambda w: split_dir(w.benchmark, w.noise),
+        base=lambda w: model_dir(model_base(w.model)),
+        split=f"{OUT}/data/eval/{{benchmark}}/{{split}}",
     output:
-        metrics=f"{OUT}/eval/{{model}}/{{benchmark}}/r{{noise}}.json",
-        predictions=f"{OUT}/eval/{{model}}/{{benchmark}}/r{{noise}}.predictions.jsonl",
+        metrics=f"{OUT}/eval/{{model}}/{{benchmark}}/{{split}}.json",
+        predictions=f"{OUT}/eval/{{model}}/{{benchmark}}/{{split}}.predictions.jsonl",
     params:
-        spec=lambda w: as_json(eval_spec(w.model, w.benchmark, w.noise)),
+        spec=lambda w: as_json(eval_spec(w.model, w.benchmark, w.split)),
     threads: threads(CFG, "evaluate")
     resources:
         **rule_resources(CFG, "evaluate"),
     retries: retries(CFG, "evaluate")
     log:
-        f"{OUT}/logs/evaluate/{{model}}_{{benchmark}}_r{{noise}}.log",
+        f"{OUT}/logs/evaluate/{{model}}_{{benchmark}}_{{split}}.log",
     conda:
         "../../envs/train.yaml"
     shell:
@@ -43,3 +43,27 @@ rule attention:
         "python -m zoomattn attention --spec {params.spec:q} --results {RESULTS}"
         " --model-dir {input.model} --base-dir {input.base} --split-dir {input.split}"
         " --out {output} --threads {threads} > {log} 2>&1"
+
+
+if RECT:
+
+    rule score_margin:  # Fig. 5 and xi auto: p90 - p10 of the base model's pre-softmax scores
+        input:
+            model=lambda w: model_dir(w.base),
+            split=lambda w: f"{OUT}/data/eval/{margin_split()[0]}/{margin_split()[1]}",
+        output:
+            f"{OUT}/analysis/score_margin/{{base}}.json",
+        params:
+            spec=lambda w: as_json(margin_spec(w.base)),
+        threads: threads(CFG, "evaluate")
+        resources:
+            **rule_resources(CFG, "evaluate"),
+        retries: retries(CFG, "evaluate")
+        log:
+            f"{OUT}/logs/analysis/score_margin_{{base}}.log",
+        conda:
+            "../../envs/train.yaml"
+        shell:
+            "python -m zoomattn score-margin --spec {params.spec:q} --results {RESULTS}"
+            " --model-dir {input.model} --base-dir {input.model} --split-dir {input.split}"
+            " --out {output} --threads {threads} > {log} 2>&1"

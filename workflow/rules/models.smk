@@ -25,16 +25,16 @@ else:
 
     rule base_model:  # a hub or local model: resolved, checked against config, recorded
         output:
-            directory(BASE),
+            directory(f"{OUT}/models/{{base}}"),
         params:
-            spec=lambda w: as_json(base_model_spec()),
+            spec=lambda w: as_json(base_model_spec(w.base)),
         priority: 20
         threads: threads(CFG, "pretrain")
         resources:
             **rule_resources(CFG, "pretrain"),
         retries: retries(CFG, "pretrain")
         log:
-            f"{OUT}/logs/pretrain/base.log",
+            f"{OUT}/logs/pretrain/{{base}}.log",
         conda:
             "../../envs/train.yaml"
         shell:
@@ -44,23 +44,23 @@ else:
 
 rule finetune:
     input:
-        data=rules.train_data.output[0],
-        base=BASE,
+        unpack(finetune_input),
     output:
-        directory(f"{OUT}/models/{{run}}_s{{seed}}"),
+        directory(f"{OUT}/models/{{trained}}"),
     params:
-        spec=lambda w: as_json(finetune_spec(w.run, w.seed)),
-        ckpt=lambda w: f"{OUT}/checkpoints/{w.run}_s{w.seed}",
+        spec=lambda w: as_json(finetune_spec(w.trained)),
+        ckpt=lambda w: f"{OUT}/checkpoints/{w.trained}",
+        margin=lambda w, input: f"--margin {input.margin}" if "margin" in input.keys() else "",
     priority: 10  # the critical path: start every fine-tune before the short evaluation jobs
     threads: threads(CFG, "finetune")
     resources:
         **rule_resources(CFG, "finetune"),
     retries: retries(CFG, "finetune")
     log:
-        f"{OUT}/logs/finetune/{{run}}_s{{seed}}.log",
+        f"{OUT}/logs/finetune/{{trained}}.log",
     conda:
         "../../envs/train.yaml"
     shell:
         "python -m zoomattn finetune --spec {params.spec:q} --results {RESULTS}"
         " --data-dir {input.data} --base-dir {input.base} --out {output} --ckpt {params.ckpt}"
-        " --threads {threads} > {log} 2>&1"
+        " {params.margin} --threads {threads} > {log} 2>&1"

@@ -16,7 +16,12 @@ from pathlib import Path
 from datasets import Dataset, load_from_disk
 
 from zoomattn.data.records import arrow_features, check_record
-from zoomattn.data.tasks import benchmark_examples, training_mix
+from zoomattn.data.tasks import (
+    benchmark_examples,
+    distractor_examples,
+    distractor_mix,
+    training_mix,
+)
 from zoomattn.data.tokenizer import save_tokenizer
 from zoomattn.data.world import World
 from zoomattn.io import atomic_dir, sha256_files, write_json
@@ -114,6 +119,39 @@ def build_real_eval(cfg: dict, benchmark: str, noise_ratio: float, out_dir: Path
         out_dir,
         {"benchmark": benchmark, "spec": spec, "noise_ratio": noise_ratio, "seed": seed},
     )
+
+
+def build_distractor_set(spec: dict, world_dir: Path | None, out_dir: Path) -> dict:
+    """A set of the rectification study (GRID.md §2): golden documents plus ``distractors`` hard
+    ones, the question placed as ``placement`` says. The training set when the spec names no
+    benchmark. The examples are seeded without the placement: both layouts hold the same ones."""
+    placement, n_distractors = spec["placement"], spec["distractors"]
+    name = spec.get("benchmark")
+    seed = derived_seed(spec["world_seed"], "rectification", name or "train")
+    if world_dir is not None:
+        world = World.load(Path(world_dir) / "world.json")
+        if name is None:
+            t = spec["train"]
+            records = distractor_mix(world, t["mix"], t["n_train"], n_distractors, placement, seed)
+        else:
+            family, n = spec["spec"]["family"], spec["data"]["n_eval"]
+            records = distractor_examples(world, name, family, n, n_distractors, placement, seed)
+    else:
+        from zoomattn.data.sources import build_source
+
+        parts = spec["train"] if name is None else {spec["spec"]["source"]: spec["spec"]}
+        records = []
+        for source, options in parts.items():
+            options = dict(options.get("options", {}) if name else options)
+            options.setdefault("distractors", n_distractors)
+            if name:
+                options.setdefault("limit", spec["data"]["n_eval"])
+            records += build_source(source, options, derived_seed(seed, source))
+        random.Random(seed).shuffle(records)
+        for rec in records:
+            rec["placement"] = placement
+    settings = {"placement": placement, "distractors": n_distractors, "seed": seed}
+    return write_split(records, out_dir, {**settings, "benchmark": name} if name else settings)
 
 
 def load_split(split_dir: Path) -> list[dict]:

@@ -14,6 +14,8 @@ answers        list[str]         gold answers; the first one is the training tar
 options        list[str]         answer choices of a multiple-choice task, else empty
 instruction    str               the task's instruction, read before the documents ("" if none)
 noise_ratio    float             share of noise among the documents (1: all noise, no golden)
+placement      str               where the question sits: after the documents (``vanilla``) or
+                                 before them (``reverse``, Attention rectification §5.2)
 =============  ================  ===========================================================
 """
 
@@ -31,7 +33,9 @@ FIELDS = {
     "options": list,
     "instruction": str,
     "noise_ratio": float,
+    "placement": str,
 }
+PLACEMENTS = ("vanilla", "reverse")
 
 
 def arrow_features():
@@ -52,6 +56,7 @@ def arrow_features():
             "options": Sequence(Value("string")),
             "instruction": Value("string"),
             "noise_ratio": Value("float64"),
+            "placement": Value("string"),
         }
     )
 
@@ -73,6 +78,7 @@ def make_record(
     options: list[str] = (),
     instruction: str = "",
     noise_ratio: float = 0.0,
+    placement: str = "vanilla",
 ) -> dict:
     return {
         "id": id,
@@ -86,6 +92,7 @@ def make_record(
         "options": list(options),
         "instruction": instruction,
         "noise_ratio": float(noise_ratio),
+        "placement": placement,
     }
 
 

@@ -26,11 +26,13 @@ Record = dict
 
 
 def render_prompt(record: Record) -> str:
-    """The model's input: documents, earlier turns, then the question and the answer cue."""
-    parts = [f"document : {d}" for d in record["documents"]]
-    parts += [f"question : {q} answer : {a} ." for q, a in record["history"]]
-    parts.append(f"question : {record['question']} answer :")
-    return " ".join(parts)
+    """The model's input: documents, earlier turns, then the question and the answer cue; with
+    ``reverse`` placement the question comes first and is not repeated after the documents."""
+    docs = [f"document : {d}" for d in record["documents"]]
+    turns = [f"question : {q} answer : {a} ." for q, a in record["history"]]
+    if record.get("placement") == "reverse":
+        return " ".join([*turns, f"question : {record['question']}", *docs, "answer :"])
+    return " ".join([*docs, *turns, f"question : {record['question']} answer :"])
 
 
 def _record(
@@ -64,12 +66,16 @@ def _place(rng: random.Random, noise: list[str], golden_docs: list[str]) -> tupl
     return docs, sorted(docs.index(g) for g in golden_docs)
 
 
-def single_doc(s: FactSampler, noise_ratio: float, facts_per_doc: int = 1) -> Record:
-    """CoQA-like noisy RAG: one golden document among round(1/(1-r))-1 noise documents."""
+def single_doc(
+    s: FactSampler, noise_ratio: float, facts_per_doc: int = 1, hard: float = 0.5
+) -> Record:
+    """CoQA-like noisy RAG: one golden document among round(1/(1-r))-1 noise documents, a share
+    ``hard`` of them hard negatives (the same attribute of another entity)."""
     (entity,) = s.entities(1)
     attribute = s.attribute()
     fact = Fact(entity, attribute, s.value(attribute))
-    noise = s.noise_docs(noise_doc_count(noise_ratio), attribute, {entity}, facts_per_doc)
+    n_noise = noise_doc_count(noise_ratio)
+    noise = s.noise_docs(n_noise, attribute, {entity}, facts_per_doc, hard)
     docs, golden = _place(s.rng, noise, [s.document(fact, facts_per_doc)])
     return _record(
         "single",
@@ -214,6 +220,44 @@ FAITHEVAL_SUBSETS: dict[str, Callable[[FactSampler], Record]] = {
     "unanswerable": unanswerable,
     "inconsistent": inconsistent,
 }
+
+
+def distractor_qa(s: FactSampler, family: str, n_distractors: int) -> Record:
+    """Attention rectification's protocol (GRID.md §2): the golden documents plus exactly
+    ``n_distractors`` hard distractors, shuffled. single: hard negatives only; multihop: the
+    distractor friendships and facts of ``multihop``."""
+    if family == "single":
+        return single_doc(s, n_distractors / (n_distractors + 1), hard=1.0)
+    if family == "multihop":
+        return multihop(s, n_distractors / (n_distractors + 2))
+    raise ValueError(f"family {family!r} has no distractor protocol (single, multihop)")
+
+
+def distractor_examples(
+    world: World, name: str, family: str, n: int, n_distractors: int, placement: str, seed: int
+) -> list[Record]:
+    """n records of ``distractor_qa``; the placement changes the layout, not the examples."""
+    s = FactSampler(world, random.Random(seed))
+    out = []
+    for i in range(n):
+        rec = distractor_qa(s, family, n_distractors)
+        rec.update(id=f"{name}-{i}", placement=placement)
+        out.append(rec)
+    return out
+
+
+def distractor_mix(
+    world: World, mix: dict[str, float], n: int, n_distractors: int, placement: str, seed: int
+) -> list[Record]:
+    """The training set of the rectification study: families mixed by weight."""
+    s = FactSampler(world, random.Random(seed))
+    names, weights = zip(*mix.items(), strict=True)
+    out = []
+    for i in range(n):
+        rec = distractor_qa(s, s.rng.choices(names, weights)[0], n_distractors)
+        rec.update(id=f"train-{i}", placement=placement)
+        out.append(rec)
+    return out
 
 
 def benchmark_examples(

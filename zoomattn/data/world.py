@@ -261,13 +261,16 @@ class FactSampler:
         attribute = self.attribute()
         return Fact(entity, attribute, self.value(attribute))
 
-    def noise_docs(self, n: int, attribute: str, avoid: set[str], facts_per_doc: int) -> list[str]:
-        """Half hard negatives, half irrelevant facts, each document about one other entity."""
+    def noise_docs(
+        self, n: int, attribute: str, avoid: set[str], facts_per_doc: int, hard: float = 0.5
+    ) -> list[str]:
+        """A share ``hard`` of hard negatives, the rest irrelevant facts, each document about one
+        other entity."""
         docs = []
         for _ in range(n):
             lead = (
                 self.hard_negative(attribute, avoid)
-                if self.rng.random() < 0.5
+                if self.rng.random() < hard
                 else self.irrelevant(avoid)
             )
             docs.append(self.document(lead, facts_per_doc))

@@ -1,6 +1,8 @@
 """Answer metrics as GRID.md §0 defines them, and a bootstrap interval for their mean.
 
 EM (OpAmp): the normalised prediction equals a normalised gold answer. PM: LongBench's token F1.
+contains (rectification's EM): the prediction contains a gold answer; str_em: the share of gold
+answers it contains (ASQA).
 Acc: for a multiple-choice record (``options``), the chosen letter or option text; otherwise EM.
 faitheval: FaithEval's official rule (data/sources/chat_faith_faitheval.py). A metric scores one
 prediction against its record: ``METRICS[name](prediction, record) -> float``.
@@ -65,8 +67,26 @@ def faitheval(prediction: str, record: dict) -> float:
     return float(faitheval_correct(prediction, record))
 
 
+def _contains(prediction: str, answer: str) -> bool:
+    """The normalised answer occurs in the normalised prediction as whole words."""
+    return f" {normalize_answer(answer)} " in f" {normalize_answer(prediction)} "
+
+
+def contains_answer(prediction: str, answers: list[str]) -> float:
+    """Attention rectification's EM: the prediction contains a gold answer (normalised)."""
+    return float(any(_contains(prediction, a) for a in answers))
+
+
+def answer_recall(prediction: str, answers: list[str]) -> float:
+    """ASQA's STR-EM over a flat answer list: the share of gold short answers the prediction
+    contains (ALCE groups them per disambiguated question; our records keep one flat list)."""
+    return sum(_contains(prediction, a) for a in answers) / len(answers)
+
+
 METRICS = {
     "em": lambda pred, rec: exact_match(pred, rec["answers"]),
+    "contains": lambda pred, rec: contains_answer(pred, rec["answers"]),
+    "str_em": lambda pred, rec: answer_recall(pred, rec["answers"]),
     "pm": lambda pred, rec: token_f1(pred, rec["answers"]),
     "acc": choice_accuracy,
     "faitheval": faitheval,

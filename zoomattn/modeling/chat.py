@@ -98,7 +98,10 @@ def user_text(record: Record) -> str:
         first += "\n" + "\n".join(f"{chr(65 + i)}. {o}" for i, o in enumerate(options))
     if record["family"] == "chat" and not parts:  # plain chat data (Tulu): the turn as it is
         return first
-    parts.append(f"Question: {first}")
+    if record.get("placement") == "reverse":  # the question before the documents
+        parts.insert(1 if record.get("instruction") else 0, f"Question: {first}")
+    else:
+        parts.append(f"Question: {first}")
     return "\n\n".join(parts)
 
 
