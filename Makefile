@@ -19,3 +19,4 @@ lint: setup
 
 bench: setup
 	.venv/bin/python benchmarks/opamp_attention.py
+	.venv/bin/python benchmarks/rectified_attention.py
