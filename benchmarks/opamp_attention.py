@@ -21,23 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
-import sys
-import time
 from datetime import date
 from pathlib import Path
+
+from measure import median_seconds, peak_mib_above, run_child
 
 VARIANTS = ("sdpa", "opamp_fused", "opamp_fused_autograd", "opamp_materialised")
 OPAMP = ("opamp_fused", "opamp_fused_autograd")
 OUT = Path(__file__).resolve().parent / "results"
-PINNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536"}
-
-
-def _status_kib(key: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(key))
 
 
 def _setup(n: int, heads: int, kv_heads: int, head_dim: int, adapter_dim: int, threads: int):
@@ -75,36 +66,13 @@ def _setup(n: int, heads: int, kv_heads: int, head_dim: int, adapter_dim: int, t
 
 def measure_memory(variant: str, n: int, shape: dict, threads: int) -> dict:
     step, input_mib = _setup(n, **shape, threads=threads)
-    step(variant)
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset VmHWM to the current RSS
-    before = _status_kib("VmRSS:")
-    step(variant)
-    above = (_status_kib("VmHWM:") - before) / 1024
-    return {"variant": variant, "n": n, "peak_mib": above, "input_mib": input_mib}
+    peak = peak_mib_above(lambda: step(variant))
+    return {"variant": variant, "n": n, "peak_mib": peak, "input_mib": input_mib}
 
 
 def measure_time(variants: list[str], n: int, shape: dict, threads: int, repeats: int) -> dict:
     step, _ = _setup(n, **shape, threads=threads)
-    times = {v: [] for v in variants}
-    for v in variants:
-        step(v)  # warm-up
-    for _ in range(repeats):
-        for v in variants:
-            t0 = time.perf_counter()
-            step(v)
-            times[v].append(time.perf_counter() - t0)
-    return {v: statistics.median(t) for v, t in times.items()}
-
-
-def run_child(task: dict) -> dict:
-    """Run one measurement in a fresh process (its own peak, its own allocator state)."""
-    env = {**os.environ, **(PINNED_MALLOC if task["kind"] == "memory" else {})}
-    cmd = [sys.executable, __file__, "--child", json.dumps(task)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if done.returncode:
-        raise RuntimeError(f"{task}: {done.stderr.strip().splitlines()[-1]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return median_seconds(step, variants, repeats)
 
 
 def materialised_bytes(n: int, heads: int) -> int:
@@ -204,10 +172,10 @@ def main() -> None:
         variants = [v for v in VARIANTS if fits or v != "opamp_materialised"]
         for variant in variants:
             task = {"kind": "memory", "variant": variant, "n": n, "shape": shape}
-            memory[(variant, n)] = run_child({**task, "threads": args.threads})
+            memory[(variant, n)] = run_child(__file__, {**task, "threads": args.threads})
             print(json.dumps(memory[(variant, n)]), flush=True)
         task = {"kind": "time", "variants": variants, "n": n, "shape": shape}
-        seconds[n] = run_child({**task, "threads": args.threads, "repeats": args.repeats})
+        seconds[n] = run_child(__file__, {**task, "threads": args.threads, "repeats": args.repeats})
         print(json.dumps({"n": n, "seconds": seconds[n]}), flush=True)
     data, md = report(memory, seconds, args)
     args.out.mkdir(parents=True, exist_ok=True)

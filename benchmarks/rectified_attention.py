@@ -24,26 +24,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
-import sys
-import time
 from datetime import date
 from pathlib import Path
+
+from measure import median_seconds, peak_mib_above, run_child
 
 VARIANTS = ("sdpa", "rectified_blockwise", "rectified_materialised")
 RECTIFIED = ("rectified_blockwise", "rectified_materialised")
 G_NAME, G_XI = "max", 3.0
 OUT = Path(__file__).resolve().parent / "results"
-PINNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536"}
 # [B, H, L, S] fp32 matrices the materialised variant holds at its peak (measured: ~14 at 2048
 # tokens with this g; the smooth max keeps several intermediates for backward), with a margin.
 MATERIALISED_MATRICES = 16
-
-
-def _status_kib(key: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(key))
 
 
 def _setup(n: int, heads: int, kv_heads: int, head_dim: int, threads: int, block: int | None):
@@ -85,38 +77,15 @@ def _setup(n: int, heads: int, kv_heads: int, head_dim: int, threads: int, block
 
 def measure_memory(variant: str, n: int, shape: dict, threads: int, block: int | None) -> dict:
     step, input_mib = _setup(n, **shape, threads=threads, block=block)
-    step(variant)
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset VmHWM to the current RSS
-    before = _status_kib("VmRSS:")
-    step(variant)
-    above = (_status_kib("VmHWM:") - before) / 1024
-    return {"variant": variant, "n": n, "peak_mib": above, "input_mib": input_mib[variant]}
+    peak = peak_mib_above(lambda: step(variant))
+    return {"variant": variant, "n": n, "peak_mib": peak, "input_mib": input_mib[variant]}
 
 
 def measure_time(
     variants: list[str], n: int, shape: dict, threads: int, block: int | None, repeats: int
 ) -> dict:
     step, _ = _setup(n, **shape, threads=threads, block=block)
-    times = {v: [] for v in variants}
-    for v in variants:
-        step(v)  # warm-up
-    for _ in range(repeats):
-        for v in variants:
-            t0 = time.perf_counter()
-            step(v)
-            times[v].append(time.perf_counter() - t0)
-    return {v: statistics.median(t) for v, t in times.items()}
-
-
-def run_child(task: dict) -> dict:
-    """Run one measurement in a fresh process (its own peak, its own allocator state)."""
-    env = {**os.environ, **(PINNED_MALLOC if task["kind"] == "memory" else {})}
-    cmd = [sys.executable, __file__, "--child", json.dumps(task)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if done.returncode:
-        raise RuntimeError(f"{task}: {done.stderr.strip().splitlines()[-1]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return median_seconds(step, variants, repeats)
 
 
 def materialised_bytes(n: int, heads: int) -> int:
@@ -231,10 +200,10 @@ def main() -> None:
         variants = [v for v in VARIANTS if n not in skipped or v != "rectified_materialised"]
         for variant in variants:
             task = {"kind": "memory", "variant": variant, "n": n, **common}
-            memory[(variant, n)] = run_child(task)
+            memory[(variant, n)] = run_child(__file__, task)
             print(json.dumps(memory[(variant, n)]), flush=True)
         task = {"kind": "time", "variants": variants, "n": n, **common, "repeats": args.repeats}
-        seconds[n] = run_child(task)
+        seconds[n] = run_child(__file__, task)
         print(json.dumps({"n": n, "seconds": seconds[n]}), flush=True)
     args.load = (load_start, os.getloadavg()[0])
     data, md = report(memory, seconds, skipped, args)
