@@ -77,6 +77,22 @@ def test_preset_values_override_the_grid():
             {"preset": "paper", "presets__paper__base_model__chat_format": "llama2"},
             "config.presets.paper.base_model.chat_format",
         ),
+        (
+            {"rectification__benchmarks__coqa_like": {"family": "single", "metric": "contains"}},
+            "config.rectification.benchmarks.coqa_like: the name is already an OpAmp benchmark",
+        ),
+        (
+            {"rectification__methods__rectify__g": "relu"},
+            "config.rectification.methods.rectify: g: unknown variant 'relu'",
+        ),
+        (
+            {"rectification__methods__rectify_g__placements": ["sideways"]},
+            "config.rectification.methods",
+        ),
+        (
+            {"preset": "paper", "presets__paper__rectification__train__dpr_nqq": {}},
+            "config.rectification.train.dpr_nqq: no dataset builder 'dpr_nqq'",
+        ),
     ],
 )
 def test_invalid_config_error_names_the_offending_key(changes, key):

@@ -110,13 +110,20 @@ def _check_rectification(cfg: dict) -> None:
     if "base_model" in rect and is_synthetic(cfg):
         raise ConfigError(f"{where}.base_model: only hub or local base models differ per study")
     if not is_synthetic(cfg):
-        from zoomattn.data.sources import BUILDERS
-
         named = [(f"benchmarks.{b}.source", s["source"]) for b, s in rect["benchmarks"].items()]
         named += [(f"train.{b}", b) for b in rect["train"]]
-        for key, name in named:
-            if name not in BUILDERS:
-                raise ConfigError(f"{where}.{key}: no dataset builder {name!r}")
+        _check_builders([(f"rectification.{key}", name) for key, name in named])
+
+
+def _check_builders(named: list[tuple[str, str]]) -> None:
+    """Each (config key, builder name) names a registered dataset builder."""
+    from zoomattn.data.sources import BUILDERS
+
+    for key, name in named:
+        if name not in BUILDERS:
+            raise ConfigError(
+                f"config.{key}: no dataset builder {name!r} (known: {', '.join(sorted(BUILDERS))})"
+            )
 
 
 ARCHITECTURE_KEYS = ("hidden", "layers", "heads", "kv_heads", "intermediate", "max_positions")
@@ -153,16 +160,9 @@ def _check_scale(cfg: dict, where: str) -> None:
                 f"config.benchmarks.{synthetic[0]}: a synthetic family needs base_model.source "
                 "pretrain (the world's tokenizer)"
             )
-        from zoomattn.data.sources import BUILDERS
-
         named = [(f"benchmarks.{b}.source", s["source"]) for b, s in cfg["benchmarks"].items()]
         named += [(f"{where[len('config.') :]}.data.train.{b}", b) for b in cfg["data"]["train"]]
-        for key, name in named:
-            if name not in BUILDERS:
-                raise ConfigError(
-                    f"config.{key}: no dataset builder {name!r} "
-                    f"(known: {', '.join(sorted(BUILDERS))})"
-                )
+        _check_builders(named)
     if {"heads", "kv_heads", "hidden"} <= set(m) and (
         m["heads"] % m["kv_heads"] or m["hidden"] % m["heads"]
     ):
