@@ -8,6 +8,8 @@ document; a document's share can still fall outside [0, 1] in principle.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from tqdm import tqdm
@@ -16,19 +18,36 @@ from zoomattn.attention.interface import recording_last_row
 from zoomattn.modeling.chat import prompt_text
 
 
-def document_spans(tok, record: dict) -> tuple[list[int], list[tuple[int, int]]]:
-    """Prompt token ids and each document's [start, end) token span."""
+@dataclass(frozen=True)
+class EncodedPrompt:
+    ids: list[int]  # the prompt's token ids, prefix included
+    text: str  # the prompt text after the prefix ids
+    doc_chars: list[tuple[int, int]]  # each document's [start, end) character span in text
+    offsets: list[tuple[int, int]]  # each text token's character offsets
+    shift: int  # ids before the text: token i of text is ids[i + shift]
+
+
+def encoded_prompt(tok, record: dict) -> EncodedPrompt:
     prefix, prompt = prompt_text(tok, record)
     enc = tok(prompt, add_special_tokens=False, return_offsets_mapping=True)
-    ids, offsets = prefix + enc["input_ids"], enc["offset_mapping"]
-    spans, cursor = [], 0
+    chars, cursor = [], 0
     for doc in record["documents"]:
         start = prompt.index(doc, cursor)
-        end = start + len(doc)
-        cursor = end
-        toks = [i + len(prefix) for i, (a, b) in enumerate(offsets) if a >= start and b <= end]
+        cursor = start + len(doc)
+        chars.append((start, cursor))
+    return EncodedPrompt(
+        prefix + enc["input_ids"], prompt, chars, enc["offset_mapping"], len(prefix)
+    )
+
+
+def document_spans(tok, record: dict) -> tuple[list[int], list[tuple[int, int]]]:
+    """Prompt token ids and each document's [start, end) token span."""
+    p = encoded_prompt(tok, record)
+    spans = []
+    for start, end in p.doc_chars:
+        toks = [i + p.shift for i, (a, b) in enumerate(p.offsets) if a >= start and b <= end]
         spans.append((toks[0], toks[-1] + 1))
-    return ids, spans
+    return p.ids, spans
 
 
 @torch.no_grad()

@@ -15,35 +15,28 @@ import torch
 from tqdm import tqdm
 
 from zoomattn.attention.interface import recording_last_row, recording_last_scores
+from zoomattn.evaluation.attention_share import encoded_prompt
 from zoomattn.evaluation.metrics import bootstrap_ci
-from zoomattn.modeling.chat import prompt_text
 
 GAP_SCALE = 1000.0
 
 
 def answer_positions(tok, record: dict) -> tuple[list[int], list[int]]:
     """Prompt ids and the positions of gold-answer tokens inside the golden documents."""
-    prefix, prompt = prompt_text(tok, record)
-    enc = tok(prompt, add_special_tokens=False, return_offsets_mapping=True)
-    spans, cursor = [], 0
-    golden = set(record["golden"])
-    for i, doc in enumerate(record["documents"]):
-        start = prompt.index(doc, cursor)
-        cursor = start + len(doc)
-        if i not in golden:
-            continue
-        for answer in record["answers"]:
-            at = prompt.find(answer, start, cursor)
-            while answer and at != -1:
+    p = encoded_prompt(tok, record)
+    spans = []
+    for start, end in (p.doc_chars[i] for i in sorted(set(record["golden"]))):
+        for answer in filter(None, record["answers"]):
+            at = p.text.find(answer, start, end)
+            while at != -1:
                 spans.append((at, at + len(answer)))
-                at = prompt.find(answer, at + len(answer), cursor)
-    offsets = enc["offset_mapping"]
+                at = p.text.find(answer, at + len(answer), end)
     hits = [
-        i + len(prefix)
-        for i, (a, b) in enumerate(offsets)
+        i + p.shift
+        for i, (a, b) in enumerate(p.offsets)
         if b > a and any(a < e and b > s for s, e in spans)
     ]
-    return prefix + enc["input_ids"], sorted(set(hits))
+    return p.ids, sorted(set(hits))
 
 
 @torch.no_grad()
