@@ -171,8 +171,7 @@ def split_dir(benchmark, noise):
     return f"{OUT}/data/eval/{benchmark}/r{float(noise):g}"
 
 
-EVAL_FILES = [f"{OUT}/eval/{m}/{b}/r{r:g}.json" for m in MODELS for b, r in
-              [(b, r) for b, spec in CFG["benchmarks"].items() for r in spec["noise_ratios"]]]
+EVAL_FILES = [f"{OUT}/eval/{m}/{b}/{s}.json" for m in MODELS for b, s in grid.opamp_splits(CFG)]
 ATTENTION_FILES = [f"{OUT}/attention/{m}.json" for m in MODELS]
 REPORT = f"{OUT}/report/opamp"
 RECT_EVAL_FILES = [f"{OUT}/eval/{m}/{b}/{s}.json" for m, b, s in EVALUATIONS
