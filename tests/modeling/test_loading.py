@@ -75,3 +75,46 @@ def test_merged_evaluation_copy_computes_what_the_4bit_lora_model_computes(
     with torch.no_grad():
         got = merged(input_ids=IDS).logits
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+MUDAF_FULL = {"heads": 2, "selected": [[1, 0], [2, 3]], "tuning": "full"}
+
+
+def test_full_tuning_trains_every_parameter_of_the_unquantised_base(base_dir):
+    import bitsandbytes as bnb
+
+    model = build_trainable(base_dir, "mudaf", MUDAF_FULL, LORA, NF4)
+    assert not hasattr(model, "get_base_model")  # no peft wrapper
+    assert not any(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())
+    params = list(model.named_parameters())
+    assert all(p.requires_grad and p.dtype == torch.float32 for _, p in params)
+    assert not any("lora_" in n for n, _ in params)
+
+
+def test_mudaf_with_lora_tuning_is_the_4bit_lora_path(base_dir):
+    import bitsandbytes as bnb
+
+    model = build_trainable(base_dir, "mudaf", {**MUDAF_FULL, "tuning": "lora"}, LORA, NF4)
+    assert any(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+
+
+@pytest.mark.parametrize("values", [MUDAF_FULL, {"heads": 0, "tuning": "full"}])
+def test_fully_tuned_model_saves_plain_and_reloads_to_identical_logits(base_dir, tmp_path, values):
+    from zoomattn.modeling.loading import load_for_eval
+
+    model = build_trainable(base_dir, "mudaf", values, LORA, NF4).eval()
+    _train_a_little(model)
+    with torch.no_grad():
+        want = model(input_ids=IDS).logits
+    save_finetuned(model, tmp_path, "mudaf", values)
+    files = {p.name for p in tmp_path.iterdir()}
+    assert {"config.json", "model.safetensors", METHOD_FILE} <= files
+    assert "adapter_config.json" not in files and "zoom_modules.safetensors" not in files
+    assert json.loads((tmp_path / METHOD_FILE).read_text()) == {"method": "mudaf", "config": values}
+    reloaded = load_for_eval(tmp_path, base_dir, NF4)  # the 4-bit setting does not apply
+    assert not hasattr(reloaded, "get_base_model") and not reloaded.training
+    with torch.no_grad():
+        got = reloaded(input_ids=IDS).logits
+    torch.testing.assert_close(got, want, atol=0, rtol=0)

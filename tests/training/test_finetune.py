@@ -6,7 +6,9 @@ from safetensors.torch import load_file
 
 from zoomattn.data.build import load_split, write_split
 from zoomattn.data.tasks import training_mix
-from zoomattn.modeling.loading import build_trainable, load_tokenizer
+from zoomattn.methods import METHODS
+from zoomattn.methods.mudaf.config import MudafConfig
+from zoomattn.modeling.loading import build_trainable, load_base, load_for_eval, load_tokenizer
 from zoomattn.training.batching import encode_example
 from zoomattn.training.finetune import backward_batch, batch_indices, finetune, lr_factor
 
@@ -104,3 +106,106 @@ def test_interrupted_finetune_resumes_to_the_same_weights(tmp_path, train_dir, b
         assert a.keys() == b.keys()
         for k in a:
             assert (a[k] == b[k]).all(), k
+
+
+SELECTED = [[1, 0], [2, 3]]
+IDS = torch.tensor([[1, 5, 9, 12, 7, 30, 4, 8]])
+
+
+def _mudaf_cell(heads, steps=4, alpha=0.7):
+    cell = _cell(steps)
+    values = MudafConfig(heads=heads, alpha=alpha, negatives=3).resolved(
+        cell["finetune"]["lora"], selected_heads=SELECTED[:heads]
+    )
+    cell.update(run=f"mudaf-heads{heads}", method="mudaf", method_config=values)
+    cell["finetune"]["micro_batch_size"] = 3  # uneven split of the batch of 4
+    return cell
+
+
+@pytest.mark.parametrize("heads", [2, 0])
+def test_full_finetune_of_mudaf_trains_every_weight_saves_and_reloads(
+    tmp_path, train_dir, base_dir, heads
+):
+    logged = []
+    result = finetune(
+        _mudaf_cell(heads),
+        train_dir,
+        base_dir,
+        tmp_path / "out",
+        tmp_path / "ckpt",
+        1,
+        lambda metrics, step: logged.append(metrics),
+    )
+    base = load_base(base_dir)
+    assert result["trainable_params"] == sum(p.numel() for p in base.parameters())
+    assert len(logged) == 4 and all(m["qa_loss"] > 0 for m in logged)
+    if heads:
+        # length-grouped batches of one-document records have no negative: cl_loss 0
+        assert any(m["cl_loss"] > 0 for m in logged) and all(m["cl_loss"] >= 0 for m in logged)
+        for m in logged:
+            assert m["train_loss"] == pytest.approx(0.3 * m["qa_loss"] + 0.7 * m["cl_loss"])
+    else:
+        assert all("cl_loss" not in m and m["train_loss"] == m["qa_loss"] for m in logged)
+    assert not (tmp_path / "out" / "adapter_config.json").exists()
+    reloaded = load_for_eval(tmp_path / "out", base_dir, _cell()["finetune"]["quantization"])
+    trained = torch.load(tmp_path / "ckpt" / "state.pt", weights_only=False)["weights"]
+    params = dict(reloaded.named_parameters())
+    assert trained.keys() == params.keys()
+    for name, p in base.named_parameters():
+        assert not torch.equal(params[name], p), name  # every weight moved
+        assert torch.equal(params[name], trained[name]), name  # saved as trained
+    with torch.no_grad():
+        for name, p in base.named_parameters():
+            p.copy_(trained[name])
+        torch.testing.assert_close(reloaded(input_ids=IDS).logits, base(input_ids=IDS).logits)
+
+
+def test_interrupted_mudaf_finetune_resumes_to_the_same_weights(tmp_path, train_dir, base_dir):
+    cell = _mudaf_cell(2, steps=6)
+    finetune(cell, train_dir, base_dir, tmp_path / "a", tmp_path / "ckpt_a", threads=1)
+
+    def die_at_step_5(metrics, step):  # after the checkpoint of step 4
+        if step == 5:
+            raise Killed
+
+    with pytest.raises(Killed):
+        finetune(cell, train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt_b", 1, die_at_step_5)
+    finetune(cell, train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt_b", threads=1)
+    a = load_file(tmp_path / "a" / "model.safetensors")
+    b = load_file(tmp_path / "b" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert (a[k] == b[k]).all(), k
+
+
+def test_contrastive_term_changes_the_gradient_of_the_selected_layers_only(train_dir, base_dir):
+    """α > 0: the QA gradient scaled by 1 − α plus α·∇L_cl, which reaches layers 0-2 (heads in
+    layers 1 and 2) and nothing after them; heads 0 (Vanilla-SFT): the QA gradient alone."""
+    tok = load_tokenizer(base_dir)
+    records = load_split(train_dir)[:4]
+    examples = [encode_example(tok, r) for r in records]
+    grads = {}
+    for heads in (2, 0):
+        values = _mudaf_cell(heads)["method_config"]
+        model = build_trainable(base_dir, "mudaf", values, None, None)
+        objective = METHODS["mudaf"].objective(values)
+        qa_weight = 0.3 if heads else 1.0
+        backward_batch(model, examples, tok.pad_token_id, 4, qa_weight)
+        if heads:
+            objective.backward(model, tok, records, 0, 0, 4)
+        else:
+            assert objective is None
+        grads[heads] = {n: p.grad / qa_weight for n, p in model.named_parameters()}
+    for name in grads[0]:
+        if name.startswith(("model.layers.3.", "model.norm")):
+            torch.testing.assert_close(grads[2][name], grads[0][name])
+        elif name.startswith(("model.layers.1.self_attn.q_proj", "model.layers.2.self_attn.k")):
+            assert not torch.allclose(grads[2][name], grads[0][name], rtol=1e-3), name
+
+
+def test_mudaf_with_alpha_0_is_vanilla_sft(tmp_path, train_dir, base_dir):
+    for run, cell in (("vanilla", _mudaf_cell(0, steps=2)), ("a0", _mudaf_cell(2, 2, alpha=0))):
+        finetune(cell, train_dir, base_dir, tmp_path / run, tmp_path / f"ckpt_{run}", 1)
+    a = load_file(tmp_path / "vanilla" / "model.safetensors")
+    b = load_file(tmp_path / "a0" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)

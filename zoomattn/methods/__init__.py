@@ -1,8 +1,10 @@
 """Method registry, one folder per method (as peft's tuners): ``config.py`` holds the typed config
 (importable without torch, so the workflow parses fast) and ``model.py`` an ``attach(model, cfg)``
 that hangs the method's attention module under ``self_attn.zoom`` of the layers it changes (see
-``zoomattn.attention.interface``). The LoRA layers every method shares come from
-``zoomattn.modeling.loading``; a method may take some target modules over (``lora_exclude``).
+``zoomattn.attention.interface``), and optionally an ``objective(cfg)``: a training term added to
+the answer loss (MuDAF's contrastive loss). The LoRA layers every method shares come from
+``zoomattn.modeling.loading``; a method may take some target modules over (``lora_exclude``), or
+train every parameter of the unquantised base instead (a config with ``tuning: full``).
 
 ``cells()`` expands a ``methods:`` block into grid cells: an entry is named after its method, or
 names it with ``method:``; a list under one of the method's sweep keys is a grid axis (several
@@ -13,11 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from zoomattn.methods.mudaf import MudafConfig
 from zoomattn.methods.opamp import OpAmpConfig
 from zoomattn.methods.qlora import QLoRAConfig
 from zoomattn.methods.rectify import RectifyConfig
@@ -36,8 +40,22 @@ class Method:
     def folder(self) -> Path:
         return HERE / self.name
 
+    def _model_module(self):
+        return importlib.import_module(f"zoomattn.methods.{self.name}.model")
+
     def attach(self, model, cfg) -> None:
-        importlib.import_module(f"zoomattn.methods.{self.name}.model").attach(model, cfg)
+        self._model_module().attach(model, cfg)
+
+    def objective(self, values: dict):
+        """The method's extra training term, or None (the answer loss alone). An objective has
+        ``qa_weight`` (the answer loss's factor) and ``backward(model, tok, records, seed, step,
+        micro_batch_size) -> (weighted term, metrics)``: see ``training/finetune.py``."""
+        make = getattr(self._model_module(), "objective", None)
+        return None if make is None else make(self.make_config(values))
+
+    def tuning(self, values: dict) -> str:
+        """``lora`` (4-bit base + the shared LoRA) unless the config asks for ``full``."""
+        return getattr(self.make_config(values), "tuning", "lora")
 
     def make_config(self, values: dict):
         names = {f.name for f in dataclasses.fields(self.config_cls)}
@@ -50,7 +68,10 @@ class Method:
     def resolve(self, values: dict, lora: dict, **context) -> dict:
         """The values a model is built and saved with (a method may fill in shared settings)."""
         cfg = self.make_config(values)
-        return cfg.resolved(lora, **context) if hasattr(cfg, "resolved") else dict(values)
+        if not hasattr(cfg, "resolved"):
+            return dict(values)
+        accepted = inspect.signature(cfg.resolved).parameters  # each method takes its own context
+        return cfg.resolved(lora, **{k: v for k, v in context.items() if k in accepted})
 
     def lora_targets(self, targets) -> list[str]:
         return [t for t in targets if t not in self.lora_exclude]
@@ -60,6 +81,7 @@ METHODS: dict[str, Method] = {
     "qlora": Method("qlora", QLoRAConfig),
     "opamp": Method("opamp", OpAmpConfig, ("K",)),
     "rectify": Method("rectify", RectifyConfig, ("xi", "g"), ("q_proj",)),
+    "mudaf": Method("mudaf", MudafConfig, ("heads", "selection")),
 }
 
 

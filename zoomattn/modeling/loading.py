@@ -3,7 +3,9 @@
 A fine-tuned model directory holds peft's LoRA files, the method's unquantised attention modules
 (``zoom_modules.safetensors``) and ``method.json`` (method name and config). Reloading rebuilds the
 method from that config and loads the modules strictly, so a model can never be evaluated with a
-layer layout other than the one it was trained with.
+layer layout other than the one it was trained with. A method tuned in full (``tuning: full``,
+MuDAF) trains every parameter of the unquantised base and is saved as a plain transformers model
+(``config.json`` + weights) with ``method.json`` beside it, which loads like a merged copy.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from zoomattn.modeling.hub import BASE_FILE, weights_path
 ZOOM_FILE = "zoom_modules.safetensors"
 MERGED_DIR = "merged"
 METHOD_FILE = "method.json"
+ADAPTER_FILE = "adapter_config.json"  # peft's: a LoRA directory
 
 
 def quantization_config(q: dict | None) -> BitsAndBytesConfig | None:
@@ -70,10 +73,18 @@ def zoom_state(model) -> dict[str, torch.Tensor]:
 def build_trainable(
     base_path, method_name: str, method_values: dict, lora: dict, quantization: dict | None
 ):
-    """Base (4-bit) + the method's attention modules (unquantised, trained) + LoRA."""
+    """Base (4-bit) + the method's attention modules (unquantised, trained) + LoRA; with
+    ``tuning: full`` the full-precision base + the method's modules, every parameter trained."""
+    method = METHODS[method_name]
+    if method.tuning(method_values) == "full":
+        model = load_base(base_path)
+        method.attach(model, method.make_config(method_values))
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return model
+
     from peft import LoraConfig, get_peft_model  # peft imports bitsandbytes: load only when used
 
-    method = METHODS[method_name]
     model = load_base(base_path, quantization)
     method.attach(model, method.make_config(method_values))
     model = get_peft_model(
@@ -121,7 +132,13 @@ def _attach_saved_zoom(model, model_dir: Path) -> None:
             params[name].copy_(value)
 
 
+def is_full(model) -> bool:
+    """Whether a trained model is tuned in full (a plain transformers model, no peft wrapper)."""
+    return not hasattr(model, "get_base_model")
+
+
 def save_finetuned(model, out_dir: Path, method_name: str, method_values: dict) -> None:
+    """peft's LoRA files, or (full tuning) the whole model; the method's modules and method.json."""
     model.save_pretrained(out_dir)
     _save_zoom(model, out_dir, method_name, method_values)
 
@@ -177,7 +194,8 @@ def load_merged(merged_dir: str | Path):
 
 
 def load_for_eval(model_dir: str | Path, base_dir: str | Path, quantization: dict | None):
-    """The base itself, a fine-tuned model's merged evaluation copy, or base + LoRA + method."""
+    """The base itself, a fine-tuned model's merged evaluation copy, a fully tuned model (plain
+    weights + method.json, in full precision as trained), or base + LoRA + method."""
     model_dir = Path(model_dir)
     if model_dir.resolve() == Path(base_dir).resolve():
         # A hub base is evaluated as fine-tuning sees it (4-bit); our tiny base in full precision.
@@ -185,4 +203,6 @@ def load_for_eval(model_dir: str | Path, base_dir: str | Path, quantization: dic
         return load_base(base_dir, quantization if from_hub else None).eval()
     if (model_dir / MERGED_DIR).exists():
         return load_merged(model_dir / MERGED_DIR)
+    if (model_dir / "config.json").is_file() and not (model_dir / ADAPTER_FILE).exists():
+        return load_merged(model_dir)
     return load_finetuned(model_dir, base_dir, quantization)

@@ -1,4 +1,8 @@
-"""Fine-tuning one grid cell: answer-only loss, seeded batches, resumable checkpoints."""
+"""Fine-tuning one grid cell: answer-only loss, seeded batches, resumable checkpoints.
+
+A method may add a training term (``Method.objective``, MuDAF's contrastive loss): the loss is then
+``qa_weight·L_qa + term``, both accumulated over micro-batches, both drawn from (seed, step).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +14,12 @@ import torch
 from tqdm import tqdm
 
 from zoomattn.data.build import load_split
+from zoomattn.methods import METHODS
 from zoomattn.modeling.loading import (
     MERGED_DIR,
     build_trainable,
     export_merged,
+    is_full,
     load_tokenizer,
     save_finetuned,
 )
@@ -63,16 +69,19 @@ def batch_indices(
     return batches[k]
 
 
-def backward_batch(model, examples: list[dict], pad_id: int, micro_batch_size: int) -> float:
-    """Gradient of the batch's mean answer-token loss, accumulated over micro-batches.
+def backward_batch(
+    model, examples: list[dict], pad_id: int, micro_batch_size: int, scale: float = 1.0
+) -> float:
+    """Gradient of ``scale`` × the batch's mean answer-token loss, accumulated over micro-batches.
 
     Each micro-batch contributes its token-loss sum divided by the whole batch's count of scored
-    tokens, so the accumulated gradient is the full batch's, whatever the split. Returns the loss.
+    tokens, so the accumulated gradient is the full batch's, whatever the split. Returns the loss
+    (unscaled).
     """
     if micro_batch_size >= len(examples):
         # one pass: the model's own mean loss, bit-identical to training without accumulation
         loss = model(**pad_batch(examples, pad_id, model.device)).loss
-        loss.backward()
+        (loss if scale == 1.0 else loss * scale).backward()
         return loss.item()
     # labels are shifted inside the model: position 0 is never scored
     n_scored = sum(sum(label != IGNORE for label in e["labels"][1:]) for e in examples)
@@ -80,9 +89,21 @@ def backward_batch(model, examples: list[dict], pad_id: int, micro_batch_size: i
     for i in range(0, len(examples), micro_batch_size):
         batch = pad_batch(examples[i : i + micro_batch_size], pad_id, model.device)
         loss = model(**batch, num_items_in_batch=n_scored).loss
-        loss.backward()
+        (loss if scale == 1.0 else loss * scale).backward()
         total += loss.item()
     return total
+
+
+def _encode(tok, records: list[dict], max_length: int | None) -> tuple[list, list, int]:
+    """(records, encoded examples) kept in step, and how many were left out as too long."""
+    encoded = [encode_example(tok, r) for r in records]
+    if not max_length:
+        return records, encoded, 0
+    # the paper's sequence limit: longer examples are left out, not cut
+    keep = [i for i, e in enumerate(encoded) if len(e["input_ids"]) <= max_length]
+    dropped = len(records) - len(keep)
+    log.info("%d of %d examples exceed %d tokens: left out", dropped, len(records), max_length)
+    return [records[i] for i in keep], [encoded[i] for i in keep], dropped
 
 
 def finetune(
@@ -99,18 +120,11 @@ def finetune(
     random.seed(cell["seed"])
     torch.set_num_threads(threads)
     tok = load_tokenizer(base_dir)
-    records = load_split(data_dir)
-    encoded = [encode_example(tok, r) for r in records]
-    dropped = 0
-    if ft.get("max_length"):  # the paper's sequence limit: longer examples are left out, not cut
-        kept = [e for e in encoded if len(e["input_ids"]) <= ft["max_length"]]
-        dropped, encoded = len(encoded) - len(kept), kept
-        log.info(
-            "%d of %d examples exceed %d tokens: left out", dropped, len(records), ft["max_length"]
-        )
+    records, encoded, dropped = _encode(tok, load_split(data_dir), ft.get("max_length"))
     if not encoded:
         raise ValueError(f"{data_dir}: no training example fits finetune.max_length")
     lengths = [len(e["input_ids"]) for e in encoded]
+    objective = METHODS[cell["method"]].objective(cell["method_config"])
     model = build_trainable(
         base_dir, cell["method"], cell["method_config"], ft["lora"], ft["quantization"]
     )
@@ -124,31 +138,36 @@ def finetune(
     if step:
         log.info("resumed %s from step %d", cell["run"], step)
     model.train()
-    losses = []
+    history: list[dict[str, float]] = []
     bar = tqdm(total=ft["steps"], initial=step, desc=f"finetune {cell['run']}", mininterval=5)
     micro = ft.get("micro_batch_size") or ft["batch_size"]
     while step < ft["steps"]:
         idx = batch_indices(lengths, ft["batch_size"], cell["seed"], step)
-        loss = backward_batch(model, [encoded[i] for i in idx], tok.pad_token_id, micro)
+        qa_weight = 1.0 if objective is None else objective.qa_weight
+        qa = backward_batch(model, [encoded[i] for i in idx], tok.pad_token_id, micro, qa_weight)
+        metrics = {"train_loss": qa, "qa_loss": qa}
+        if objective is not None:
+            term, extra = objective.backward(
+                model, tok, [records[i] for i in idx], cell["seed"], step, micro
+            )
+            metrics.update(extra, train_loss=qa_weight * qa + term)
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         for group in optimizer.param_groups:
             group["lr"] = ft["lr"] * lr_factor(step, ft["steps"], ft["warmup_ratio"])
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
-        losses.append(loss)
+        history.append(metrics)
         bar.update(1)
         if step % ft["log_every"] == 0:
-            on_metrics(
-                {"train_loss": sum(losses[-ft["log_every"] :]) / len(losses[-ft["log_every"] :])},
-                step,
-            )
-            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            recent = history[-ft["log_every"] :]
+            on_metrics({k: sum(m[k] for m in recent) / len(recent) for k in metrics}, step)
+            bar.set_postfix(loss=f"{metrics['train_loss']:.3f}")
         if ckpt.due(step):
             ckpt.save(step, model, optimizer)
     bar.close()
     save_finetuned(model, out_dir, cell["method"], cell["method_config"])
-    if ft.get("export_merged"):
+    if ft.get("export_merged") and not is_full(model):  # a fully tuned model is already plain
         model.eval()
         export_merged(model, base_dir, out_dir / MERGED_DIR, cell["method"], cell["method_config"])
     return {"steps": step, "trainable_params": n_trainable, "dropped_too_long": dropped}

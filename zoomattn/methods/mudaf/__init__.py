@@ -1,0 +1,3 @@
+from zoomattn.methods.mudaf.config import MudafConfig
+
+__all__ = ["MudafConfig"]
