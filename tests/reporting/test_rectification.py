@@ -228,3 +228,25 @@ def test_published_lookup_and_column_aliases():
     assert paper.column({}) is None
     for row, values in paper.TABLE1.items():  # the transcription: the mean column agrees
         assert abs(sum(values[:-1]) / 10 - values[-1]) < 0.051, row
+
+
+def test_xi_rows_follow_the_value_of_xi_not_the_json_order_of_the_cells():
+    from zoomattn.reporting.rectification import grid_rows
+
+    cells = {  # as the rule's JSON spec (sort_keys) delivers them: xi10 before xi3
+        f"rectification/rectify-xi{x}-reverse_s0": {
+            "run": f"rectify-xi{x}",
+            "method": "rectify",
+            "values": {"xi": x, "g": "max"},
+        }
+        for x in sorted(["0", "1", "10", "3", "5", "auto"])
+    }
+    cells = {
+        k: v | {"values": v["values"] | {"xi": _num(v["values"]["xi"])}} for k, v in cells.items()
+    }
+    rows = [r.label for r in grid_rows({"cells": cells}, {"xi_auto": 4.2}) if r.kind == "xi"]
+    assert rows == ["ξ=0", "ξ=1", "ξ=3", "ξ=5", "ξ=10", "ξ=auto (=4.2)"]
+
+
+def _num(x: str):
+    return x if x == "auto" else int(x)

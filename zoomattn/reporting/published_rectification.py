@@ -9,6 +9,8 @@ same tasks: the report prints the two side by side and never mixes them into one
 
 from __future__ import annotations
 
+from zoomattn.reporting.tables import paper_column
+
 COLUMNS = ("NQ", "TriviaQA", "HotpotQA", "2wiki", "ASQA")
 PLACEMENTS = ("reverse", "vanilla")  # the paper's column order within a benchmark
 MODEL = "Llama-3.1-8B-Instruct"
@@ -62,11 +64,7 @@ FIG4_NOTE = (
 
 def column(spec: dict) -> str | None:
     """The paper column a configured benchmark is (real data) or mirrors (synthetic), if any."""
-    name = spec.get("published")
-    if not name:
-        return None
-    key = str(name).replace(" ", "").replace("-", "").replace("_", "").lower()
-    return ALIASES.get(key)
+    return paper_column(spec, ALIASES)
 
 
 def lookup(row: str, paper_column: str, placement: str) -> float | None:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from zoomattn.reporting import published_rectification as paper
 from zoomattn.reporting import rectification_figures as figures
-from zoomattn.reporting.tables import cell
+from zoomattn.reporting.tables import cell, describe_seeds
 
 BASE_ROW = "vanilla"  # the paper's name for the base model without fine-tuning
 LORA_ROW = "LoRA"
@@ -61,7 +61,8 @@ def grid_rows(spec: dict, margin: dict) -> list[Row]:
             xis.append(Row(unique(xi_label(xi, margin.get("xi_auto")), run), run, "xi", xi, g))
         elif c.get("method") == "rectify":
             gs.append(Row(unique(str(g), run), run, "g", xi, g))
-    xis.sort(key=lambda r: r.xi == "auto")
+    # by value: the spec's cells arrive in JSON key order (xi10 before xi3)
+    xis.sort(key=lambda r: (r.xi == "auto", 0.0 if r.xi == "auto" else float(r.xi)))
     return [Row(BASE_ROW, spec.get("base", "base"), "base"), *lora, *xis, *gs]
 
 
@@ -179,13 +180,7 @@ def build_report(spec: dict, evals: list[dict], margin: dict, out: Path) -> None
     real = any("source" in s for s in benchmarks.values())
     kind = "" if real else " analogue"
     mapped = [(b, paper.column(s)) for b, s in benchmarks.items() if paper.column(s)]
-    many = len(spec.get("seeds", [])) > 1
-    seed_note = (
-        "Seeds are combined by the mean score; the interval is the envelope (lowest lower, highest "
-        "upper bound) of the per-seed 95% bootstrap CIs, not a pooled CI."
-        if many
-        else "The interval is the run's 95% bootstrap CI."
-    ) + " The base model is not trained: one evaluation per placement whatever the seeds."
+    seed_note = describe_seeds(spec.get("seeds", []), "one evaluation per placement")
     scale_note = (
         "The benchmarks are the paper's own: the comparison table gives Δ = ours − published."
         if real

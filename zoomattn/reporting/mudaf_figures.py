@@ -1,0 +1,122 @@
+"""Figures of the MuDAF part beside ``retrieval_figures`` (Fig. 3/4): the head-count sweep
+(Table 4), the target heads before/after (Figs. 5/6), the whole-layer effect (App. C) and the
+retrieval heads of every model of the grid. Ours only: the paper's numbers stay in tables."""
+
+from __future__ import annotations
+
+import textwrap
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+
+from zoomattn.reporting.rectification_figures import (  # noqa: E402
+    SCORES,
+    _errorbar,
+    _finish,
+    _panels,
+)
+
+BASE_NAME = "base (no fine-tune)"
+MODELS = ("base", "MuDAF", "Vanilla-SFT")  # Figs. 5/6 bars, in the paper's order
+STUDY_COLOURS = {"base": "grey", "opamp": "C0", "rectification": "C1", "mudaf": "C2"}
+
+
+def head_sweep(t4: pd.DataFrame, rows: list[str], refs: pd.DataFrame, path, title: str) -> None:
+    """Table 4 as a figure: score vs head count per benchmark (95% CI bars); reference rows
+    (the base, MuDAF-weak) as horizontal lines."""
+    benches = list(dict.fromkeys(t4["benchmark"]))
+    fig, axes = _panels(len(benches))
+    for ax, b in zip(axes, benches, strict=False):
+        s = t4[t4["benchmark"] == b].set_index("row")
+        xs = [k for k, lab in enumerate(rows) if lab in s.index]
+        _errorbar(ax, xs, s.loc[[rows[k] for k in xs]], SCORES, marker="o", label="MuDAF (ours)")
+        ref = refs[refs["benchmark"] == b]
+        for i, r in enumerate(ref.itertuples()):
+            ax.axhline(r.score, ls=(":", "--", "-.")[i % 3], color=f"C{i + 1}", label=r.row)
+        ticks = [lab.removeprefix("n=").replace(" → ", "→").split(" (")[0] for lab in rows]
+        ax.set_xticks(range(len(rows)), ticks, fontsize=8)
+        ax.set_xlim(-0.5, len(rows) - 0.5)
+        ax.set_xlabel("target heads n (asked→trained where clipped; 0 = Vanilla-SFT)")
+        ax.set_ylabel(f"{b} score ×100 ({s['metric'].iloc[0]})")
+        ax.set_title(b, fontsize=9)
+    _finish(fig, axes, path, textwrap.fill(title, 50 * len(axes) + 20))
+
+
+def target_heads(df: pd.DataFrame, path, title: str) -> None:
+    """Figs. 5/6: each target head's retrieval score in the base, after MuDAF and after
+    Vanilla-SFT, one panel per selection (grouped bars)."""
+    groups = list(dict.fromkeys(df["cell"]))
+    widths = [max(4.6, 0.45 * (df["cell"] == g).sum() + 1.5) for g in groups]
+    fig, axes = plt.subplots(
+        1, len(groups), figsize=(sum(widths) + 0.4, 4), squeeze=False, width_ratios=widths
+    )
+    axes = list(axes[0])
+    for ax, g in zip(axes, groups, strict=True):
+        s = df[df["cell"] == g]
+        xs = np.arange(len(s))
+        for i, (col, name) in enumerate(zip(("base", "mudaf", "vanilla_sft"), MODELS, strict=True)):
+            label = BASE_NAME if name == "base" else name
+            ax.bar(xs + (i - 1) * 0.27, s[col].fillna(0), 0.27, color=f"C{i}", label=label)
+        ax.set_xticks(xs, s["target"], fontsize=7, rotation=45, ha="right")
+        ax.set_xlim(-0.7, max(len(s), 4) - 0.3)
+        ax.set_xlabel("target head (layer-head)")
+        ax.set_ylabel("retrieval score (mean F1)")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(g, fontsize=9)
+    _finish(fig, axes, path, textwrap.fill(title, 50 * len(axes) + 20))
+
+
+def delta_maps(panels: list[tuple[str, np.ndarray, list]], path, title: str) -> None:
+    """App. C: layer × head map of the retrieval-score change (model − base) per model, the
+    selected heads outlined; one colour scale for all panels."""
+    limit = max((np.nanmax(np.abs(d)) for _, d, _ in panels), default=1.0) or 1.0
+    n_layers, n_heads = panels[0][1].shape
+    w, h = min(max(3.6, 1.2 + 0.3 * n_heads), 9), min(max(2.6, 1.4 + 0.25 * n_layers), 10)
+    fig, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(w * len(panels) + 1.2, h + 0.8),
+        squeeze=False,
+        layout="constrained",
+    )
+    for ax, (name, delta, selected) in zip(axes[0], panels, strict=True):
+        im = ax.imshow(delta, aspect="auto", origin="lower", cmap="RdBu_r", vmin=-limit, vmax=limit)
+        for layer, head in selected:
+            box = Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, lw=1.5, ec="black")
+            ax.add_patch(box)
+        ax.set_xticks(range(n_heads))
+        ax.set_yticks(range(n_layers))
+        ax.tick_params(labelsize=7)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.set_title(textwrap.fill(name, 40), fontsize=8)
+    fig.colorbar(im, ax=list(axes[0]), label="Δ retrieval score (model − base)")
+    fig.suptitle(textwrap.fill(title, 40 * len(panels) + 20), fontsize=9)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def across_methods(df: pd.DataFrame, path, title: str) -> None:
+    """Every model's retrieval heads: mean F1 of its base's top-5% heads and mean F1 over all
+    heads (bars), max F1 (marker); the study in the label and the colour."""
+    n = len(df)
+    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.32 * n + 1.2)))
+    ys = np.arange(n)[::-1]
+    colours = [STUDY_COLOURS.get(s, "C4") for s in df["study"]]
+    ax.barh(ys + 0.2, df["top5_mean_f1"], 0.4, color=colours, label="base's top-5% heads: mean F1")
+    ax.barh(ys - 0.2, df["mean_f1"], 0.4, color=colours, alpha=0.4, label="all heads: mean F1")
+    ax.plot(df["max_f1"], ys, "k|", ms=10, label="max F1")
+    ax.set_yticks(ys, [f"{s}: {m}" for s, m in zip(df["study"], df["model"], strict=True)])
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_xlim(0, 1.02)
+    ax.set_xlabel("retrieval score (F1)")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(textwrap.fill(title, 90), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
