@@ -38,6 +38,8 @@ localrules:  # light: under --profile slurm they run in the submitting process, 
     all,
     report,
     rect_report,
+    mudaf_report,
+    select_heads,
 
 
 rule all:

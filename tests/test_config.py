@@ -93,6 +93,21 @@ def test_preset_values_override_the_grid():
             {"preset": "paper", "presets__paper__rectification__train__dpr_nqq": {}},
             "config.rectification.train.dpr_nqq: no dataset builder 'dpr_nqq'",
         ),
+        (
+            {"mudaf__benchmarks__nq_like": {"family": "single", "metric": "pm"}},
+            "config.mudaf.benchmarks.nq_like: the name is already a rectification one",
+        ),
+        (
+            {"mudaf__retrieval_heads__benchmark": "nq_like"},
+            "config.mudaf.retrieval_heads.benchmark: 'nq_like' is not one of the study's",
+        ),
+        ({"mudaf__methods__mudaf__selection": "best"}, "config.mudaf.methods.mudaf: selection"),
+        ({"mudaf__masking__k": [0]}, "config.mudaf.masking.k[0]"),
+        ({"mudaf__distractors": KeyError}, "config.mudaf.distractors: the synthetic world"),
+        (
+            {"preset": "paper", "presets__paper__mudaf__train__mudaf_hotpot": {}},
+            "config.mudaf.train.mudaf_hotpot: no dataset builder 'mudaf_hotpot'",
+        ),
     ],
 )
 def test_invalid_config_error_names_the_offending_key(changes, key):

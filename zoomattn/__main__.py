@@ -30,8 +30,20 @@ STAGES = {
     "report": ["base_metrics", "out"],
     "score-margin": ["model_dir", "base_dir", "split_dir", "out"],
     "rect-report": ["margin", "out"],
+    "retrieval-heads": ["model_dir", "base_dir", "split_dir", "out"],
+    "head-masking": ["model_dir", "base_dir", "split_dir", "scores", "out"],
+    "select-heads": ["scores", "out"],
+    "mudaf-report": ["out"],
 }
-THREADED = {"pretrain", "finetune", "evaluate", "attention", "score-margin"}
+THREADED = {
+    "pretrain",
+    "finetune",
+    "evaluate",
+    "attention",
+    "score-margin",
+    "retrieval-heads",
+    "head-masking",
+}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -59,12 +71,17 @@ def run_stage(argv: list[str]) -> None:
             p.add_argument("--world-dir", type=Path, help="the synthetic world (tiny, smoke)")
         if stage in THREADED:
             p.add_argument("--threads", type=int, default=1)
-        if stage in ("report", "rect-report"):
+        if stage in ("report", "rect-report", "mudaf-report"):
             p.add_argument("--eval-files", nargs="+", type=Path, required=True)
+        if stage == "mudaf-report":
+            p.add_argument("--heads-files", nargs="+", type=Path, required=True)
+            p.add_argument("--masking-files", nargs="*", type=Path, default=[])
+            p.add_argument("--selection-files", nargs="*", type=Path, default=[])
         if stage == "report":
             p.add_argument("--attention-files", nargs="+", type=Path, required=True)
         if stage == "finetune":
             p.add_argument("--margin", type=Path, help="the base's score margin (xi: auto)")
+            p.add_argument("--heads", type=Path, help="the selected target heads (MuDAF)")
     sub.add_parser("worker").add_argument("--socket", required=True, help="unix socket to serve")
     for name in ("mlflow-start", "mlflow-end"):
         p = sub.add_parser(name)

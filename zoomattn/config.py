@@ -16,6 +16,7 @@ import jsonschema
 import yaml
 
 from zoomattn.cluster import with_defaults
+from zoomattn.grid import STUDIES, placements, study_entries
 from zoomattn.methods import METHODS, cells, method_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,8 +62,9 @@ def load_config(raw: dict, schema_path: Path = SCHEMA) -> dict:
         )
     _check_scale(cfg, f"config.presets.{preset}")
     _check_methods(cfg["methods"], "config.methods")
-    if cfg.get("rectification"):
-        _check_rectification(cfg)
+    for study in STUDIES:
+        if cfg.get(study):
+            _check_study(cfg, study)
     cfg["out"] = str(Path(cfg["results"]) / preset)
     return with_defaults(cfg)
 
@@ -79,40 +81,52 @@ def _check_methods(methods: dict, where: str) -> None:
             raise ConfigError(f"{where}.{name}: {exc}") from exc
 
 
-def _check_rectification(cfg: dict) -> None:
-    """The study's benchmarks have names of their own and match the scale of the base model."""
-    rect = cfg["rectification"]
-    where = "config.rectification"
-    from zoomattn.grid import rect_entries
-
-    entries = rect_entries(rect)
+def _check_study(cfg: dict, study: str) -> None:
+    """A side study's benchmarks have names of their own and match the scale of the base model."""
+    block = cfg[study]
+    where = f"config.{study}"
+    entries = study_entries(cfg, study)
     _check_methods({e: values for e, (values, _) in entries.items()}, f"{where}.methods")
-    for entry, (_, placements) in entries.items():
-        if not set(placements) <= set(rect["placements"]):
+    for entry, (_, entry_placements) in entries.items():
+        if not set(entry_placements) <= set(placements(block)):
             raise ConfigError(
-                f"{where}.methods.{entry}.placements: {placements} is not a subset of the "
-                f"study's placements {rect['placements']}"
+                f"{where}.methods.{entry}.placements: {entry_placements} is not a subset of the "
+                f"study's placements {placements(block)}"
             )
-    for name, spec in rect["benchmarks"].items():
-        if name in cfg["benchmarks"]:
+    taken = dict.fromkeys(cfg["benchmarks"], "an OpAmp benchmark")
+    for other in STUDIES[: STUDIES.index(study)]:
+        taken.update(dict.fromkeys((cfg.get(other) or {}).get("benchmarks", {}), f"a {other} one"))
+    for name, spec in block["benchmarks"].items():
+        if name in taken:
             raise ConfigError(
-                f"{where}.benchmarks.{name}: the name is already an OpAmp benchmark; "
+                f"{where}.benchmarks.{name}: the name is already {taken[name]}; "
                 "each benchmark name names one eval set"
             )
         if ("source" in spec) == is_synthetic(cfg):
             need = "a hub or local base model" if "source" in spec else "base_model.source pretrain"
             raise ConfigError(f"{where}.benchmarks.{name}: this kind of benchmark needs {need}")
-    if ("n_train" in rect["train"]) != is_synthetic(cfg):
+    if ("n_train" in block["train"]) != is_synthetic(cfg):
         raise ConfigError(
             f"{where}.train: a pretrained-here base trains on n_train/mix (the synthetic world), "
             "a hub base on dataset builders"
         )
-    if "base_model" in rect and is_synthetic(cfg):
+    if is_synthetic(cfg) and "distractors" not in block:
+        raise ConfigError(
+            f"{where}.distractors: the synthetic world's sets need a number of hard distractors"
+        )
+    if "base_model" in block and is_synthetic(cfg):
         raise ConfigError(f"{where}.base_model: only hub or local base models differ per study")
     if not is_synthetic(cfg):
-        named = [(f"benchmarks.{b}.source", s["source"]) for b, s in rect["benchmarks"].items()]
-        named += [(f"train.{b}", b) for b in rect["train"]]
-        _check_builders([(f"rectification.{key}", name) for key, name in named])
+        named = [(f"benchmarks.{b}.source", s["source"]) for b, s in block["benchmarks"].items()]
+        named += [(f"train.{b}", b) for b in block["train"]]
+        _check_builders([(f"{study}.{key}", name) for key, name in named])
+    for key in ("retrieval_heads", "masking"):
+        benchmark = block.get(key, {}).get("benchmark")
+        if benchmark is not None and benchmark not in block["benchmarks"]:
+            raise ConfigError(
+                f"{where}.{key}.benchmark: {benchmark!r} is not one of the study's benchmarks "
+                f"({', '.join(block['benchmarks'])})"
+            )
 
 
 def _check_builders(named: list[tuple[str, str]]) -> None:
@@ -186,8 +200,8 @@ def config_hash(cfg: dict) -> str:
 # Source files whose change must rerun a stage: everything a stage imports from the package.
 # Method modules are added per cell, so editing one method reruns only that method's jobs.
 CODE_GROUPS = {
-    "data": ["io.py", "data/*.py"],
-    "sources": ["io.py", "data/*.py", "data/sources/*.py"],
+    "data": ["io.py", "data/*.py", "stages/data.py"],
+    "sources": ["io.py", "data/*.py", "data/sources/*.py", "stages/data.py"],
     "base": ["io.py", "modeling/hub.py", "modeling/chat.py"],
     "pretrain": [
         "io.py",
@@ -196,6 +210,7 @@ CODE_GROUPS = {
         "training/checkpoint.py",
         "modeling/loading.py",
         "modeling/pretrain.py",
+        "stages/models.py",
     ],
     "finetune": [
         "io.py",
@@ -204,6 +219,7 @@ CODE_GROUPS = {
         "modeling/*.py",
         "attention/*.py",
         "methods/__init__.py",
+        "stages/models.py",
     ],
     "evaluate": [
         "io.py",
@@ -215,8 +231,11 @@ CODE_GROUPS = {
         "attention/*.py",
         "methods/__init__.py",
         "evaluation/*.py",
+        "stages/common.py",
+        "stages/analysis.py",
     ],
-    "report": ["io.py", "reporting/*.py"],
+    "select": ["io.py", "methods/__init__.py", "stages/models.py"],
+    "report": ["io.py", "reporting/*.py", "stages/reports.py"],
 }
 
 

@@ -1,12 +1,15 @@
 """The grid of every study: which models train on which data, and where each is evaluated.
 
 A study is one paper's part of the workflow. ``opamp`` (the main paper) is the top-level
-``methods``/``benchmarks``/``attention`` of the config; ``rectification`` (GRID.md §2) is the
-config's ``rectification:`` block, with its own training data, query placements and benchmarks.
-Model ids name directories under ``models/`` and ``eval/``: an OpAmp cell is ``<run>_s<seed>``, a
-rectification cell ``rectification/<run>-<placement>_s<seed>``; the base a study starts from is
-``base`` (or ``base-rectification`` when the study names its own base model).
-Eval splits are ``r<noise ratio>`` (OpAmp) or the placement (rectification).
+``methods``/``benchmarks``/``attention`` of the config. The other studies are config blocks of
+their own (``rectification``: GRID.md §2, ``mudaf``: §3), each with its training data (golden
+documents plus hard distractors), cells, benchmarks and optionally its own base model.
+
+Model ids name directories under ``models/`` and ``eval/``: an OpAmp cell is ``<run>_s<seed>``; a
+cell of another study is ``<study>/<run>-<placement>_s<seed>`` when the study has a query-placement
+axis (rectification), else ``<study>/<run>_s<seed>``. The base a study starts from is ``base``, or
+``base-<study>`` when the study names its own base model. Eval splits are ``r<noise ratio>``
+(OpAmp) or the query placement (``vanilla`` for a study without that axis).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from dataclasses import dataclass, field
 from zoomattn.methods import cells
 
 RECT = "rectification"
+MUDAF = "mudaf"
+STUDIES = (RECT, MUDAF)  # the config blocks beside the OpAmp grid, in report order
 
 
 @dataclass(frozen=True)
@@ -27,28 +32,83 @@ class Model:
     values: dict = field(default_factory=dict)
     run: str | None = None  # the grid cell's name
     seed: int | None = None
-    placement: str | None = None  # rectification: the query placement of train and test data
+    placement: str | None = None  # a study's query placement of train and test data
 
     @property
     def train_data(self) -> str:
         """Directory of the training set under ``data/``."""
-        return "train" if self.study == "opamp" else f"train-{RECT}/{self.placement}"
+        return "train" if self.study == "opamp" else f"train-{self.study}/{self.placement}"
+
+
+def study_cfg(cfg: dict, study: str) -> dict | None:
+    return cfg.get(study) or None
 
 
 def rect_cfg(cfg: dict) -> dict | None:
-    return cfg.get(RECT) or None
+    return study_cfg(cfg, RECT)
+
+
+def studies(cfg: dict) -> list[str]:
+    """The side studies this config runs."""
+    return [s for s in STUDIES if study_cfg(cfg, s)]
+
+
+def placements(block: dict) -> list[str]:
+    return block.get("placements", ["vanilla"])
+
+
+def study_base(cfg: dict, study: str) -> str:
+    return f"base-{study}" if "base_model" in (study_cfg(cfg, study) or {}) else "base"
 
 
 def rect_base(cfg: dict) -> str:
-    return f"base-{RECT}" if "base_model" in (rect_cfg(cfg) or {}) else "base"
+    return study_base(cfg, RECT)
 
 
 def base_models(cfg: dict) -> dict[str, dict]:
     """Base id -> its ``base_model`` config."""
     out = {"base": cfg["base_model"]}
-    if rect_base(cfg) != "base":
-        out[rect_base(cfg)] = cfg[RECT]["base_model"]
+    for study in studies(cfg):
+        if study_base(cfg, study) != "base":
+            out[study_base(cfg, study)] = cfg[study]["base_model"]
     return out
+
+
+def total_heads(cfg: dict) -> int | None:
+    """Query heads of a base the workflow pretrains (None for a hub model: known once loaded)."""
+    m = cfg["base_model"]
+    return m["layers"] * m["heads"] if m.get("source") == "pretrain" else None
+
+
+def study_entries(cfg: dict, study: str) -> dict[str, tuple[dict, list[str]]]:
+    """Entry -> (its method values, its placements: its own ``placements`` or the study's).
+
+    MuDAF head counts above the model's head count are clipped to it, and a count that clipping
+    repeats is dropped: the grid trains each distinct selection once (``clipped_heads``)."""
+    block = cfg[study]
+    out = {}
+    for entry, values in block["methods"].items():
+        values = dict(values or {})
+        entry_placements = values.pop("placements", placements(block))
+        total = total_heads(cfg) if study == MUDAF else None
+        if total and isinstance(values.get("heads"), list):
+            values["heads"] = list(dict.fromkeys(min(n, total) for n in values["heads"]))
+        elif total and isinstance(values.get("heads"), int):
+            values["heads"] = min(values["heads"], total)
+        out[entry] = (values, entry_placements)
+    return out
+
+
+def clipped_heads(cfg: dict) -> dict[int, int]:
+    """MuDAF head counts of the config above the model's head count -> the count trained."""
+    block, total = study_cfg(cfg, MUDAF), total_heads(cfg)
+    if not block or not total:
+        return {}
+    asked = []
+    for values in block["methods"].values():
+        heads = (values or {}).get("heads", [])
+        asked += heads if isinstance(heads, list) else [heads]
+    return {n: total for n in asked if n > total}
 
 
 def trained_models(cfg: dict) -> dict[str, Model]:
@@ -57,47 +117,50 @@ def trained_models(cfg: dict) -> dict[str, Model]:
         for seed in cfg["seeds"]:
             m = Model(f"{run}_s{seed}", "opamp", "base", method, values, run, seed)
             out[m.id] = m
-    rect = rect_cfg(cfg)
-    for entry, (values, placements) in (rect_entries(rect) if rect else {}).items():
-        for run, (method, cell_values) in cells({entry: values}).items():
-            for placement in placements:
-                for seed in cfg["seeds"]:
-                    mid = f"{RECT}/{run}-{placement}_s{seed}"
-                    base = rect_base(cfg)
-                    out[mid] = Model(mid, RECT, base, method, cell_values, run, seed, placement)
-    return out
-
-
-def rect_entries(rect: dict) -> dict[str, tuple[dict, list[str]]]:
-    """Entry -> (its method values, its placements: its own ``placements`` or the study's)."""
-    out = {}
-    for entry, values in rect["methods"].items():
-        values = dict(values or {})
-        out[entry] = (values, values.pop("placements", rect["placements"]))
+    for study in studies(cfg):
+        axis = "placements" in cfg[study]
+        for entry, (values, entry_placements) in study_entries(cfg, study).items():
+            for run, (method, cell_values) in cells({entry: values}).items():
+                for placement in entry_placements:
+                    for seed in cfg["seeds"]:
+                        name = f"{run}-{placement}" if axis else run
+                        mid = f"{study}/{name}_s{seed}"
+                        base = study_base(cfg, study)
+                        out[mid] = Model(
+                            mid, study, base, method, cell_values, run, seed, placement
+                        )
     return out
 
 
 def benchmarks(cfg: dict, study: str) -> dict[str, dict]:
-    return cfg["benchmarks"] if study == "opamp" else rect_cfg(cfg)["benchmarks"]
+    return cfg["benchmarks"] if study == "opamp" else cfg[study]["benchmarks"]
 
 
 def opamp_splits(cfg: dict) -> list[tuple[str, str]]:
     return [(b, f"r{r:g}") for b, s in cfg["benchmarks"].items() for r in s["noise_ratios"]]
 
 
+def study_splits(cfg: dict, study: str) -> list[tuple[str, str]]:
+    """(benchmark, placement) eval sets of a side study."""
+    block = cfg[study]
+    return [(b, p) for b in block["benchmarks"] for p in placements(block)]
+
+
 def evaluations(cfg: dict) -> list[tuple[str, str, str]]:
     """Every (model id, benchmark, split) the grid evaluates."""
     out = [("base", b, s) for b, s in opamp_splits(cfg)]
-    rect = rect_cfg(cfg)
-    if rect:
-        out += [(rect_base(cfg), b, p) for b in rect["benchmarks"] for p in rect["placements"]]
+    for study in studies(cfg):
+        out += [(study_base(cfg, study), b, p) for b, p in study_splits(cfg, study)]
     for m in trained_models(cfg).values():
         if m.study == "opamp":
             out += [(m.id, b, s) for b, s in opamp_splits(cfg)]
         else:
-            out += [(m.id, b, m.placement) for b in rect["benchmarks"]]
+            out += [(m.id, b, m.placement) for b in cfg[m.study]["benchmarks"]]
     return out
 
 
 def study_of_benchmark(cfg: dict, benchmark: str) -> str:
-    return "opamp" if benchmark in cfg["benchmarks"] else RECT
+    for study in studies(cfg):
+        if benchmark in cfg[study]["benchmarks"]:
+            return study
+    return "opamp"

@@ -47,12 +47,16 @@ def snakemake(
     return done
 
 
-def mlflow_runs(workdir: Path, preset: str = "smoke"):
-    """(runs of the preset's experiment, runs misfiled into Default) of a scratch copy's store."""
+def mlflow_client(workdir: Path):
     import mlflow
 
     mlflow.set_tracking_uri(f"sqlite:///{workdir}/results/mlflow.db")
-    client = mlflow.MlflowClient()
+    return mlflow.MlflowClient()
+
+
+def mlflow_runs(workdir: Path, preset: str = "smoke"):
+    """(runs of the preset's experiment, runs misfiled into Default) of a scratch copy's store."""
+    client = mlflow_client(workdir)
     exp = client.get_experiment_by_name(f"zoomattn-{preset}")
     runs = client.search_runs([exp.experiment_id], max_results=1000)
     default = client.search_runs(["0"], max_results=1000)

@@ -42,11 +42,22 @@ def test_dry_run_lists_every_job_with_gpus_for_training_and_evaluation(tmp_path,
     n_rect = 0
     if rect:  # paper: LoRA, 5 ξ and 3 g variants, each trained and tested at both placements
         n_rect = (1 + len(rect["methods"]["rectify"]["xi"]) + 3) * 2
-        assert len(jobs["rect_eval_data"]) == 2 * len(rect["benchmarks"]) == 10
         assert len(jobs["base_model"]) == 2  # the OpAmp base and the rectification Instruct model
-    assert len(jobs["finetune"]) == n_runs + n_rect
+    mudaf = cfg.get("mudaf")
+    n_mudaf = 0
+    if mudaf:  # paper: n = 0 (SFT) and 6 head counts, and MuDAF-weak; the preset's base
+        n_mudaf = len(mudaf["methods"]["mudaf"]["heads"]) + 1
+        assert len(jobs["select_heads"]) == n_mudaf - 1  # n = 0 selects no head
+        n_models = 2 + n_runs + n_rect + n_mudaf  # the two bases and every fine-tuned model
+        assert len(jobs["retrieval_heads"]) == n_models and len(jobs["head_masking"]) == 1
+    n_study_sets = (2 * len(rect["benchmarks"]) if rect else 0) + (
+        len(mudaf["benchmarks"]) if mudaf else 0
+    )
+    assert len(jobs.get("study_eval_data", [])) == n_study_sets == (16 if rect else 0)
+    assert len(jobs["finetune"]) == n_runs + n_rect + n_mudaf
     n_rect_evals = (n_rect + 2) * len(rect["benchmarks"]) if rect else 0
-    assert len(jobs["evaluate"]) == (1 + n_runs) * n_cells + n_rect_evals
+    n_mudaf_evals = (n_mudaf + 1) * len(mudaf["benchmarks"]) if mudaf else 0
+    assert len(jobs["evaluate"]) == (1 + n_runs) * n_cells + n_rect_evals + n_mudaf_evals
     assert len(jobs["eval_data"]) == n_cells and "pretrain" not in jobs
     for rule, kind in (
         ("finetune", "finetune"),

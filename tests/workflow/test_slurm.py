@@ -34,10 +34,13 @@ def slurm_run(tmp_path_factory):
     with one_node_cluster(tmp_path_factory.mktemp("slurm")) as env:
         wd = copy_workflow(tmp_path_factory.mktemp("workflow"))
         site = wd / "site.yaml"
-        # the rectification part adds jobs of kinds the OpAmp part already sends through Slurm
+        # the rectification and MuDAF parts add jobs of kinds the OpAmp part sends through Slurm
         site.write_text(
             yaml.safe_dump(
-                {"cluster": {"partition": PARTITION}, "presets": {"smoke": {"rectification": None}}}
+                {
+                    "cluster": {"partition": PARTITION},
+                    "presets": {"smoke": {"rectification": None, "mudaf": None}},
+                }
             )
         )
         done = snakemake(

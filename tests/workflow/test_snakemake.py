@@ -17,9 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.workflow.scratch import SMOKE, copy_workflow, mlflow_runs, snakemake
+from tests.workflow.scratch import SMOKE, copy_workflow, mlflow_client, mlflow_runs, snakemake
 
 pytestmark = pytest.mark.slow
+# what a retrained model of any study reruns besides its own report: its evaluations, and MuDAF's
+# head analyses (every model of the grid goes through them) with the MuDAF report
+ANALYSES = ["all", "evaluate", "finetune", "head_masking", "mudaf_report"]
 
 
 def planned_jobs(workdir: Path, *args: str) -> list[tuple[str, dict]]:
@@ -102,12 +105,8 @@ def test_changing_one_k_reruns_only_that_k_its_evaluations_and_the_report(workdi
     override.write_text(yaml.safe_dump(raw))
     jobs = planned_jobs(workdir, "--configfile", str(override))
     rules = sorted({r for r, _ in jobs})
-    assert rules == ["all", "attention", "evaluate", "finetune", "report"]
-    touched = {
-        w.get("trained") or w.get("model")
-        for r, w in jobs
-        if r in ("finetune", "evaluate", "attention")
-    }
+    assert rules == [*sorted(ANALYSES + ["attention", "report"]), "retrieval_heads"]
+    touched = {w.get("trained") or w.get("model") for r, w in jobs if w}
     assert touched == {"opamp-K5_s0"}
 
 
@@ -121,7 +120,7 @@ def test_editing_one_methods_source_reruns_only_that_methods_jobs(workdir):
         source.write_text(original)
     models = {w.get("model") or w["trained"] for r, w in jobs if w}
     assert models and all(m.startswith("opamp-") for m in models)
-    assert {r for r, _ in jobs} == {"all", "attention", "evaluate", "finetune", "report"}
+    assert {r for r, _ in jobs} == {*ANALYSES, "attention", "report", "retrieval_heads"}
 
 
 def test_changing_the_world_seed_reruns_everything(workdir):
@@ -132,9 +131,11 @@ def test_changing_the_world_seed_reruns_everything(workdir):
     jobs = planned_jobs(workdir, "world_seed=99")
     counts = {r: sum(1 for rr, _ in jobs if rr == r) for r, _ in jobs}
     assert counts["world"] == 1 and counts["pretrain"] == 1 and counts["attention"] == 4
-    assert counts["finetune"] == len(trained_models(cfg)) == 3 + 6
-    assert counts["evaluate"] == len(evaluations(cfg)) == 4 * 3 + 2 + 6
+    assert counts["finetune"] == len(trained_models(cfg)) == 3 + 6 + 3
+    assert counts["evaluate"] == len(evaluations(cfg)) == 4 * 3 + 2 + 6 + 4
     assert counts["score_margin"] == 1 and counts["rect_report"] == 1
+    assert counts["retrieval_heads"] == counts["head_masking"] == 1 + len(trained_models(cfg))
+    assert counts["select_heads"] == 2 and counts["mudaf_report"] == 1
 
 
 def test_invalid_config_stops_before_any_job_naming_the_key(workdir, tmp_path):
@@ -281,9 +282,54 @@ def test_changing_one_xi_reruns_only_that_xis_jobs_and_the_rectification_report(
     raw["presets"]["smoke"]["rectification"]["methods"]["rectify"]["xi"] = [5]
     override.write_text(yaml.safe_dump(raw))
     jobs = planned_jobs(workdir, "--configfile", str(override))
-    assert sorted({r for r, _ in jobs}) == ["all", "evaluate", "finetune", "rect_report"]
-    touched = {w.get("trained") or w.get("model") for r, w in jobs if r in ("finetune", "evaluate")}
+    assert sorted({r for r, _ in jobs}) == [*sorted(ANALYSES + ["rect_report"]), "retrieval_heads"]
+    touched = {w.get("trained") or w.get("model") for r, w in jobs if w}
     assert touched == {
         "rectification/rectify-xi5-vanilla_s0",
         "rectification/rectify-xi5-reverse_s0",
     }
+
+
+def test_mudaf_part_scores_every_models_heads_and_trains_the_selected_ones(workdir):
+    out = workdir / "results/smoke"
+    for name in ("README.md", "table2.md", "table4.md"):
+        assert (out / "report/mudaf" / name).stat().st_size > 0, name
+    models = ["base"] + [p.parent.name + "/" + p.name for p in (out / "models").glob("*/*_s0")]
+    models += [p.name for p in (out / "models").glob("*_s0")]
+    for m in models:  # every model of every study: scores and the masking experiment
+        scores = json.loads((out / f"analysis/retrieval_heads/{m}.json").read_text())
+        assert len(scores["f1"]) == 2 and len(scores["f1"][0]) == 4  # smoke: 2 layers x 4 heads
+        masking = json.loads((out / f"analysis/head_masking/{m}.json").read_text())
+        assert [row["k"] for row in masking["k"]] == [1, 2]
+    base_f1 = json.loads((out / "analysis/retrieval_heads/base.json").read_text())["f1"]
+    for cell in ("mudaf-heads2_s0", "mudaf_weak_s0"):
+        chosen = json.loads((out / f"analysis/selected_heads/mudaf/{cell}.json").read_text())
+        saved = json.loads((out / f"models/mudaf/{cell}/method.json").read_text())
+        assert saved["config"]["selected"] == chosen["selected"]
+        assert chosen["scores"] == [base_f1[la][h] for la, h in chosen["selected"]]
+    sft = json.loads((out / "models/mudaf/mudaf-heads0_s0/method.json").read_text())
+    assert sft["config"]["heads"] == 0 and sft["config"]["selected"] == []
+    runs, _ = mlflow_runs(workdir)
+    tuned = [r for r in runs if r.data.tags.get("zoomattn.study") == "mudaf"]
+    tuned = [r for r in tuned if r.data.tags.get("zoomattn.stage") == "finetune"]
+    assert len(tuned) == 3
+    for r in tuned:
+        if r.data.tags["method.heads"] != "0":
+            artifacts = {a.path for a in mlflow_client(workdir).list_artifacts(r.info.run_id)}
+            assert "selected_heads" in artifacts
+            assert r.data.metrics["cl_loss"] > 0
+
+
+def test_changed_head_scores_rerun_the_selection_and_its_finetunes_only(workdir):
+    scores = workdir / "results/smoke/analysis/retrieval_heads/base.json"
+    before = scores.stat()
+    scores.touch()  # as if the base's scores had been recomputed
+    try:
+        jobs = planned_jobs(workdir)
+    finally:
+        os.utime(scores, ns=(before.st_atime_ns, before.st_mtime_ns))
+    rules = sorted({r for r, _ in jobs})
+    assert rules == [*sorted(ANALYSES + ["select_heads"]), "retrieval_heads"]
+    by_rule = {r: {w.get("trained") or w.get("model") for rr, w in jobs if rr == r} for r in rules}
+    assert by_rule["finetune"] == {"mudaf/mudaf-heads2_s0", "mudaf/mudaf_weak_s0"}
+    assert by_rule["head_masking"] == by_rule["finetune"] | {"base"}  # it masks by these scores

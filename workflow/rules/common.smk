@@ -16,6 +16,9 @@ SYNTHETIC = is_synthetic(CFG)  # tiny/smoke: world + pretrained-here base; paper
 WORLD = f"{OUT}/data/world"
 BASE = f"{OUT}/models/base"
 RECT = grid.rect_cfg(CFG)  # the rectification study's block (None: not in the grid)
+MUDAF = grid.study_cfg(CFG, grid.MUDAF)  # the MuDAF study's block (None: not in the grid)
+STUDIES = grid.studies(CFG)  # the side studies in the grid
+STUDY_BENCHMARKS = [b for s in STUDIES for b in CFG[s]["benchmarks"]]
 BASES = grid.base_models(CFG)  # base id -> base_model config
 TRAINED = grid.trained_models(CFG)  # model id -> grid.Model
 CELLS = {m.run: (m.method, m.values) for m in TRAINED.values() if m.study == "opamp"}
@@ -33,8 +36,9 @@ wildcard_constraints:
     trained=_alternatives(TRAINED) or "none",
     base=_alternatives(BASES),
     seed=r"\d+",
-    benchmark=_alternatives([*CFG["benchmarks"], *(RECT["benchmarks"] if RECT else [])]),
-    rbenchmark=_alternatives(RECT["benchmarks"] if RECT else ["none"]),
+    benchmark=_alternatives([*CFG["benchmarks"], *STUDY_BENCHMARKS]),
+    sbenchmark=_alternatives(STUDY_BENCHMARKS or ["none"]),
+    study=_alternatives(STUDIES or ["none"]),
     placement="vanilla|reverse",
     split=r"r[0-9.]+|vanilla|reverse",
     noise=r"[0-9.]+",
@@ -68,17 +72,19 @@ def eval_data_spec(benchmark, noise):
             "data": {**world_spec()["data"], "n_eval": CFG["data"]["n_eval"]}}
 
 
-def rect_data_spec(placement, benchmark=None):
-    """A rectification train (benchmark None) or eval set: the examples do not depend on the
+def study_data_spec(study, placement, benchmark=None):
+    """A side study's train (benchmark None) or eval set: the examples do not depend on the
     placement, only their layout does."""
     base = {**world_spec(), "data": {**world_spec()["data"], "n_eval": CFG["data"]["n_eval"]}} \
         if SYNTHETIC else {"preset": PRESET, "world_seed": CFG["world_seed"],
                            "code": code_hash("sources"), "data": {"n_eval": CFG["data"]["n_eval"]}}
-    spec = {**base, "study": "rectification", "placement": placement,
-            "distractors": RECT["distractors"]}
+    block = CFG[study]
+    spec = {**base, "study": study, "placement": placement}
+    if "distractors" in block:
+        spec["distractors"] = block["distractors"]
     if benchmark is None:
-        return {**spec, "train": RECT["train"]}
-    return {**spec, "benchmark": benchmark, "spec": RECT["benchmarks"][benchmark]}
+        return {**spec, "train": block["train"]}
+    return {**spec, "benchmark": benchmark, "spec": block["benchmarks"][benchmark]}
 
 
 def world_input(wildcards):
@@ -101,7 +107,7 @@ def base_model_spec(base):
 
 def finetune_spec(model):
     m = TRAINED[model]
-    ft = CFG["finetune"] if m.study == "opamp" else {**CFG["finetune"], **RECT.get("finetune", {})}
+    ft = CFG["finetune"] if m.study == "opamp" else {**CFG["finetune"], **CFG[m.study].get("finetune", {})}
     spec = {"preset": PRESET, "run": model, "seed": m.seed, "method": m.method,
             "method_config": m.values, "finetune": ft, "code": code_hash("finetune", m.method)}
     if m.study != "opamp":
@@ -122,6 +128,8 @@ def finetune_input(wildcards):
     inputs = {"data": f"{OUT}/data/{m.train_data}", "base": model_dir(m.base)}
     if m.values.get("xi") == "auto":  # ξ from the base model's score margin
         inputs["margin"] = margin_file(m.base)
+    if m.method == "mudaf" and m.values.get("heads", 0) > 0:  # the heads its contrastive loss trains
+        inputs["heads"] = selection_file(m.id)
     return inputs
 
 
@@ -135,7 +143,9 @@ def eval_spec(model, benchmark, split):
     if study == "opamp":
         out["noise_ratio"] = float(split[1:])
     else:
-        out.update(study=study, placement=split, answer_gap_examples=RECT["answer_gap_examples"])
+        out.update(study=study, placement=split)
+    if study == grid.RECT:
+        out["answer_gap_examples"] = RECT["answer_gap_examples"]
     return out
 
 
@@ -177,4 +187,51 @@ REPORT = f"{OUT}/report/opamp"
 RECT_EVAL_FILES = [f"{OUT}/eval/{m}/{b}/{s}.json" for m, b, s in EVALUATIONS
                    if RECT and b in RECT["benchmarks"]]
 RECT_REPORT = f"{OUT}/report/rectification"
-REPORTS = [REPORT] + ([RECT_REPORT] if RECT else [])
+MUDAF_EVAL_FILES = [f"{OUT}/eval/{m}/{b}/{s}.json" for m, b, s in EVALUATIONS
+                    if MUDAF and b in MUDAF["benchmarks"]]
+MUDAF_REPORT = f"{OUT}/report/mudaf"
+REPORTS = [REPORT] + ([RECT_REPORT] if RECT else []) + ([MUDAF_REPORT] if MUDAF else [])
+
+
+# ---- MuDAF's head analyses (GRID.md §3): every model of the grid, and the head selection ----
+ALL_MODELS = [*BASES, *TRAINED]
+MUDAF_BASE = grid.study_base(CFG, grid.MUDAF) if MUDAF else None
+MASKED_MODELS = ([] if not MUDAF else
+                 [MUDAF_BASE] if MUDAF["masking"].get("models", "all") == "base" else ALL_MODELS)
+
+
+def heads_split():
+    """The eval set the retrieval-head scores and the masking experiment run on."""
+    return f"{OUT}/data/eval/{MUDAF['retrieval_heads']['benchmark']}/vanilla"
+
+
+def heads_file(model):
+    return f"{OUT}/analysis/retrieval_heads/{model}.json"
+
+
+def masking_file(model):
+    return f"{OUT}/analysis/head_masking/{model}.json"
+
+
+def selection_file(model):
+    return f"{OUT}/analysis/selected_heads/{model}.json"
+
+
+def retrieval_heads_spec(model):
+    return {"preset": PRESET, "model": model, "retrieval_heads": MUDAF["retrieval_heads"],
+            "quantization": CFG["finetune"]["quantization"],
+            "code": code_hash("evaluate", model_method(model))}
+
+
+def masking_spec(model):
+    benchmark = MUDAF["retrieval_heads"]["benchmark"]
+    return {"preset": PRESET, "model": model, "benchmark": benchmark,
+            "metric": MUDAF["benchmarks"][benchmark]["metric"], "masking": MUDAF["masking"],
+            "evaluation": CFG["evaluation"], "quantization": CFG["finetune"]["quantization"],
+            "code": code_hash("evaluate", model_method(model))}
+
+
+def selection_spec(model):
+    m = TRAINED[model]
+    return {"preset": PRESET, "model": model, "seed": m.seed, "method_config": m.values,
+            "code": code_hash("select", m.method)}

@@ -59,42 +59,44 @@ rule eval_data:
         " {params.world} --out {output} > {log} 2>&1"
 
 
-if RECT:
+if STUDIES:
 
-    rule rect_train_data:
+    rule study_train_data:  # a side study's training set: golden documents plus hard distractors
         input:
             unpack(world_input),
         output:
-            directory(f"{OUT}/data/train-rectification/{{placement}}"),
+            directory(f"{OUT}/data/train-{{study}}/{{placement}}"),
         params:
-            spec=lambda w: as_json(rect_data_spec(w.placement)),
+            spec=lambda w: as_json(study_data_spec(w.study, w.placement)),
             world=world_arg,
         threads: threads(CFG, "data")
         resources:
             **rule_resources(CFG, "data"),
         retries: retries(CFG, "data")
         log:
-            f"{OUT}/logs/data/train-rectification_{{placement}}.log",
+            f"{OUT}/logs/data/train-{{study}}_{{placement}}.log",
         conda:
             "../../envs/data.yaml"
         shell:
             "python -m zoomattn train-data --spec {params.spec:q} --results {RESULTS}"
             " {params.world} --out {output} > {log} 2>&1"
 
-    rule rect_eval_data:
+    rule study_eval_data:
         input:
             unpack(world_input),
         output:
-            directory(f"{OUT}/data/eval/{{rbenchmark}}/{{placement}}"),
+            directory(f"{OUT}/data/eval/{{sbenchmark}}/{{placement}}"),
         params:
-            spec=lambda w: as_json(rect_data_spec(w.placement, w.rbenchmark)),
+            spec=lambda w: as_json(
+                study_data_spec(grid.study_of_benchmark(CFG, w.sbenchmark), w.placement, w.sbenchmark)
+            ),
             world=world_arg,
         threads: threads(CFG, "data")
         resources:
             **rule_resources(CFG, "data"),
         retries: retries(CFG, "data")
         log:
-            f"{OUT}/logs/data/eval_{{rbenchmark}}_{{placement}}.log",
+            f"{OUT}/logs/data/eval_{{sbenchmark}}_{{placement}}.log",
         conda:
             "../../envs/data.yaml"
         shell:

@@ -67,3 +67,51 @@ if RECT:
             "python -m zoomattn score-margin --spec {params.spec:q} --results {RESULTS}"
             " --model-dir {input.model} --base-dir {input.model} --split-dir {input.split}"
             " --out {output} --threads {threads} > {log} 2>&1"
+
+
+if MUDAF:
+
+    rule retrieval_heads:  # every head's retrieval score (MuDAF App. A.2), for any model
+        input:
+            model=lambda w: model_dir(w.model),
+            base=lambda w: model_dir(model_base(w.model)),
+            split=heads_split(),
+        output:
+            heads_file("{model}"),
+        params:
+            spec=lambda w: as_json(retrieval_heads_spec(w.model)),
+        threads: threads(CFG, "evaluate")
+        resources:
+            **rule_resources(CFG, "evaluate"),
+        retries: retries(CFG, "evaluate")
+        log:
+            f"{OUT}/logs/analysis/retrieval_heads/{{model}}.log",
+        conda:
+            "../../envs/train.yaml"
+        shell:
+            "python -m zoomattn retrieval-heads --spec {params.spec:q} --results {RESULTS}"
+            " --model-dir {input.model} --base-dir {input.base} --split-dir {input.split}"
+            " --out {output} --threads {threads} > {log} 2>&1"
+
+    rule head_masking:  # MuDAF Fig. 4: the top-k retrieval heads masked vs k random heads
+        input:
+            model=lambda w: model_dir(w.model),
+            base=lambda w: model_dir(model_base(w.model)),
+            split=heads_split(),
+            scores=lambda w: heads_file(w.model),
+        output:
+            masking_file("{model}"),
+        params:
+            spec=lambda w: as_json(masking_spec(w.model)),
+        threads: threads(CFG, "evaluate")
+        resources:
+            **rule_resources(CFG, "evaluate"),
+        retries: retries(CFG, "evaluate")
+        log:
+            f"{OUT}/logs/analysis/head_masking/{{model}}.log",
+        conda:
+            "../../envs/train.yaml"
+        shell:
+            "python -m zoomattn head-masking --spec {params.spec:q} --results {RESULTS}"
+            " --model-dir {input.model} --base-dir {input.base} --split-dir {input.split}"
+            " --scores {input.scores} --out {output} --threads {threads} > {log} 2>&1"

@@ -51,6 +51,7 @@ rule finetune:
         spec=lambda w: as_json(finetune_spec(w.trained)),
         ckpt=lambda w: f"{OUT}/checkpoints/{w.trained}",
         margin=lambda w, input: f"--margin {input.margin}" if "margin" in input.keys() else "",
+        heads=lambda w, input: f"--heads {input.heads}" if "heads" in input.keys() else "",
     priority: 10  # the critical path: start every fine-tune before the short evaluation jobs
     threads: threads(CFG, "finetune")
     resources:
@@ -63,4 +64,25 @@ rule finetune:
     shell:
         "python -m zoomattn finetune --spec {params.spec:q} --results {RESULTS}"
         " --data-dir {input.data} --base-dir {input.base} --out {output} --ckpt {params.ckpt}"
-        " {params.margin} --threads {threads} > {log} 2>&1"
+        " {params.margin} {params.heads} --threads {threads} > {log} 2>&1"
+
+
+if MUDAF:
+
+    rule select_heads:  # MuDAF's target heads, from its base model's retrieval-head scores
+        input:
+            scores=heads_file(MUDAF_BASE),
+        output:
+            selection_file("{trained}"),
+        params:
+            spec=lambda w: as_json(selection_spec(w.trained)),
+        threads: 1
+        resources:
+            **rule_resources(CFG, "data"),
+        log:
+            f"{OUT}/logs/select_heads/{{trained}}.log",
+        conda:
+            "../../envs/train.yaml"
+        shell:
+            "python -m zoomattn select-heads --spec {params.spec:q} --results {RESULTS}"
+            " --scores {input.scores} --out {output} > {log} 2>&1"

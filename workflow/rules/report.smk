@@ -42,3 +42,35 @@ if RECT:
         shell:
             "python -m zoomattn rect-report --spec {params.spec:q} --results {RESULTS}"
             " --eval-files {input.evals} --margin {input.margin} --out {output} > {log} 2>&1"
+
+
+if MUDAF:
+    MUDAF_CELLS = {m: t for m, t in TRAINED.items() if t.study == grid.MUDAF}
+
+    rule mudaf_report:
+        input:
+            evals=MUDAF_EVAL_FILES,
+            heads=[heads_file(m) for m in ALL_MODELS],
+            masking=[masking_file(m) for m in MASKED_MODELS],
+            selections=[selection_file(m) for m, t in MUDAF_CELLS.items()
+                        if t.values.get("heads", 0) > 0],
+        output:
+            directory(MUDAF_REPORT),
+        params:
+            spec=lambda w: as_json({"preset": PRESET, "mudaf": MUDAF,
+                                    "cells": {m: {"run": t.run, "method": t.method,
+                                                  "values": t.values, "seed": t.seed}
+                                              for m, t in MUDAF_CELLS.items()},
+                                    "studies": {m: t.study for m, t in TRAINED.items()},
+                                    "base": MUDAF_BASE, "seeds": CFG["seeds"],
+                                    "clipped_heads": grid.clipped_heads(CFG),
+                                    "code": code_hash("report")}),
+        log:
+            f"{OUT}/logs/report_mudaf.log",
+        conda:
+            "../../envs/report.yaml"
+        shell:
+            "python -m zoomattn mudaf-report --spec {params.spec:q} --results {RESULTS}"
+            " --eval-files {input.evals} --heads-files {input.heads}"
+            " --masking-files {input.masking} --selection-files {input.selections} --out {output}"
+            " > {log} 2>&1"

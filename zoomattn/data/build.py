@@ -122,12 +122,13 @@ def build_real_eval(cfg: dict, benchmark: str, noise_ratio: float, out_dir: Path
 
 
 def build_distractor_set(spec: dict, world_dir: Path | None, out_dir: Path) -> dict:
-    """A set of the rectification study (GRID.md §2): golden documents plus ``distractors`` hard
-    ones, the question placed as ``placement`` says. The training set when the spec names no
-    benchmark. The examples are seeded without the placement: both layouts hold the same ones."""
-    placement, n_distractors = spec["placement"], spec["distractors"]
+    """A set of a side study (rectification, GRID.md §2; MuDAF, §3): golden documents plus
+    ``distractors`` hard ones (synthetic; real builders take their own options), the question
+    placed as ``placement`` says. The training set when the spec names no benchmark. The examples
+    are seeded by study and set, not by placement: both layouts hold the same ones."""
+    placement, n_distractors = spec["placement"], spec.get("distractors")
     name = spec.get("benchmark")
-    seed = derived_seed(spec["world_seed"], "rectification", name or "train")
+    seed = derived_seed(spec["world_seed"], spec.get("study", "rectification"), name or "train")
     if world_dir is not None:
         world = World.load(Path(world_dir) / "world.json")
         if name is None:
@@ -143,7 +144,8 @@ def build_distractor_set(spec: dict, world_dir: Path | None, out_dir: Path) -> d
         records = []
         for source, options in parts.items():
             options = dict(options.get("options", {}) if name else options)
-            options.setdefault("distractors", n_distractors)
+            if n_distractors is not None:  # a study whose builders pick their own negatives
+                options.setdefault("distractors", n_distractors)
             if name:
                 options.setdefault("limit", spec["data"]["n_eval"])
             records += build_source(source, options, derived_seed(seed, source))

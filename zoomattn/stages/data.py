@@ -1,0 +1,59 @@
+"""Data stages: the synthetic world, training sets and eval sets."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from zoomattn.tracking import job_run
+
+log = logging.getLogger("zoomattn")
+
+
+def world(spec: dict, out: Path, results: Path) -> None:
+    from zoomattn.data.build import build_world
+
+    with job_run(spec, "data", "world", results) as run:
+        manifest = build_world(spec, out)
+        run.log_metrics({"vocab_size": manifest["vocab_size"]})
+        run.log_artifacts(out / "manifest.json")
+
+
+def train_data(spec: dict, world_dir: Path | None, out: Path, results: Path) -> None:
+    from zoomattn.data.build import build_real_train, build_train
+
+    if spec.get("study"):  # a side study: golden documents plus hard distractors
+        return _study_data(spec, world_dir, out, results)
+    with job_run(spec, "data", "train", results) as run:
+        if world_dir is None:
+            manifest = build_real_train(spec, out)
+        else:
+            manifest = build_train(spec, world_dir, out)
+        run.log_metrics({"examples": manifest["examples"]})
+        run.log_artifacts(out / "manifest.json")
+
+
+def eval_data(spec: dict, world_dir: Path | None, out: Path, results: Path) -> None:
+    from zoomattn.data.build import build_eval, build_real_eval
+
+    if spec.get("study"):  # a side study: golden documents plus hard distractors
+        return _study_data(spec, world_dir, out, results)
+    name = f"{spec['benchmark']}@{spec['noise_ratio']:g}"
+    with job_run(spec, "data", name, results) as run:
+        if world_dir is None:
+            manifest = build_real_eval(spec, spec["benchmark"], spec["noise_ratio"], out)
+        else:
+            manifest = build_eval(spec, world_dir, spec["benchmark"], spec["noise_ratio"], out)
+        run.log_metrics({"examples": manifest["examples"]})
+        run.log_artifacts(out / "manifest.json")
+
+
+def _study_data(spec: dict, world_dir: Path | None, out: Path, results: Path) -> None:
+    """A training or eval set of a side study (data/build.py: build_distractor_set)."""
+    from zoomattn.data.build import build_distractor_set
+
+    name = f"{spec.get('benchmark', 'train')}@{spec['placement']}"
+    with job_run(spec, "data", f"{spec['study']}/{name}", results) as run:
+        manifest = build_distractor_set(spec, world_dir, out)
+        run.log_metrics({"examples": manifest["examples"]})
+        run.log_artifacts(out / "manifest.json")

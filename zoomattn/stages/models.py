@@ -1,0 +1,116 @@
+"""Model stages: the base model (pretrained here or prepared from the hub) and fine-tuning."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from zoomattn.io import read_json, write_json
+from zoomattn.stages.common import clear_checkpoints
+from zoomattn.tracking import job_run
+
+log = logging.getLogger("zoomattn")
+
+
+def pretrain(
+    spec: dict, world_dir: Path, out: Path, ckpt: Path, threads: int, results: Path
+) -> None:
+    from zoomattn.data.world import World
+    from zoomattn.io import atomic_dir
+    from zoomattn.modeling.loading import load_tokenizer
+    from zoomattn.modeling.pretrain import pretrain as run_pretrain
+
+    with job_run(spec, "pretrain", "base", results) as run, atomic_dir(out) as tmp:
+        t0 = time.time()
+        world_ = World.load(world_dir / "world.json")
+        tok = load_tokenizer(world_dir / "tokenizer")
+        metrics = run_pretrain(
+            world_, tok, spec["base_model"], spec["pretrain"], tmp, ckpt, threads, run.log_metrics
+        )
+        write_json(tmp / "metrics.json", metrics)
+        run.log_metrics({"wall_seconds": time.time() - t0})
+        run.log_artifacts(tmp / "metrics.json")
+    clear_checkpoints(ckpt)
+
+
+def base_model(spec: dict, out: Path, results: Path) -> None:
+    """A hub or local base model: resolved, checked and recorded (modeling/hub.py)."""
+    from zoomattn.io import atomic_dir
+    from zoomattn.modeling.hub import prepare_base
+
+    with job_run(spec, "pretrain", "base", results) as run, atomic_dir(out) as tmp:
+        record = prepare_base(spec["base_model"], tmp)
+        write_json(tmp / "metrics.json", {"source": record["source"]})
+        run.set_tags(
+            {"base.snapshot": record["snapshot"], "base.chat_family": record["chat_family"]}
+        )
+        run.log_artifacts(tmp / "base.json")
+
+
+def finetune(
+    spec: dict,
+    data_dir: Path,
+    base_dir: Path,
+    out: Path,
+    ckpt: Path,
+    threads: int,
+    results: Path,
+    margin: Path | None = None,
+    heads: Path | None = None,
+) -> None:
+    """One grid cell. ``margin``: the base's score margin (rectification, xi: auto); ``heads``:
+    the selected target heads (MuDAF), logged with the run."""
+    from zoomattn.io import atomic_dir
+    from zoomattn.methods import METHODS
+    from zoomattn.training.finetune import finetune as run_finetune
+
+    with job_run(spec, "finetune", spec["run"], results) as run, atomic_dir(out) as tmp:
+        t0 = time.time()
+        context = {}
+        if margin:
+            context["xi_auto"] = read_json(margin)["xi_auto"]
+        if heads:
+            context["selected_heads"] = read_json(heads)["selected"]
+            run.log_artifacts(heads, "selected_heads")
+        values = METHODS[spec["method"]].resolve(
+            spec["method_config"], spec["finetune"]["lora"], **context
+        )
+        run.set_tags({f"method.{k}": str(v) for k, v in values.items()})
+        spec = {**spec, "method_config": values}
+        metrics = run_finetune(spec, data_dir, base_dir, tmp, ckpt, threads, run.log_metrics)
+        write_json(tmp / "metrics.json", metrics)
+        run.log_metrics({**metrics, "wall_seconds": time.time() - t0})
+        if METHODS[spec["method"]].tuning(values) == "full":  # the whole model: not copied again
+            for name in ("method.json", "metrics.json"):
+                run.log_artifacts(tmp / name, "model")
+        else:
+            run.log_artifacts(tmp, "adapter")
+    clear_checkpoints(ckpt)
+
+
+def select_heads(spec: dict, scores: Path, out: Path, results: Path) -> None:
+    """MuDAF's target heads for one cell, drawn from the base model's retrieval-head scores."""
+    from zoomattn.methods import METHODS
+    from zoomattn.methods.mudaf.selection import select_heads as choose
+
+    cfg = METHODS["mudaf"].make_config(spec["method_config"])
+    with job_run(spec, "analysis", f"selected_heads/{spec['model']}", results) as run:
+        f1 = read_json(scores)["f1"]
+        opts = {"selection": cfg.selection, "temperature": cfg.temperature}
+        opts["weak_below"] = cfg.weak_below
+        selected = choose(f1, cfg.heads, seed=spec["seed"], **opts)
+        write_json(
+            out,
+            {
+                "model": spec["model"],
+                "scores_of": str(scores),
+                "heads": cfg.heads,
+                **opts,
+                "selected": selected,
+                "scores": [f1[layer][head] for layer, head in selected],
+            },
+        )
+        run.set_tags({"mudaf.selected": " ".join(f"{a}-{b}" for a, b in selected)})
+        run.log_metrics({"selected": len(selected)})
+        run.log_artifacts(out)

@@ -1,0 +1,66 @@
+"""Report stages: tables and figures of each study, from the metric files alone."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from zoomattn.io import read_json
+from zoomattn.tracking import job_run
+
+log = logging.getLogger("zoomattn")
+
+
+def report(
+    spec: dict,
+    eval_files: list[Path],
+    attention_files: list[Path],
+    base_metrics: Path,
+    out: Path,
+    results: Path,
+) -> None:
+    from zoomattn.io import atomic_dir
+    from zoomattn.reporting.build import build_report
+
+    with job_run(spec, "report", "opamp", results) as run, atomic_dir(out) as tmp:
+        build_report(
+            spec,
+            [read_json(p) for p in eval_files],
+            [read_json(p) for p in attention_files],
+            read_json(base_metrics),
+            tmp,
+        )
+        run.log_artifacts(tmp, "report")
+
+
+def rect_report(spec: dict, eval_files: list[Path], margin: Path, out: Path, results: Path) -> None:
+    from zoomattn.io import atomic_dir
+    from zoomattn.reporting.rectification import build_report
+
+    with job_run(spec, "report", "rectification", results) as run, atomic_dir(out) as tmp:
+        build_report(spec, [read_json(p) for p in eval_files], read_json(margin), tmp)
+        run.log_artifacts(tmp, "report")
+
+
+def mudaf_report(
+    spec: dict,
+    eval_files: list[Path],
+    heads_files: list[Path],
+    masking_files: list[Path],
+    selection_files: list[Path],
+    out: Path,
+    results: Path,
+) -> None:
+    from zoomattn.io import atomic_dir
+    from zoomattn.reporting.mudaf import build_report
+
+    with job_run(spec, "report", "mudaf", results) as run, atomic_dir(out) as tmp:
+        build_report(
+            spec,
+            [read_json(p) for p in eval_files],
+            [read_json(p) for p in heads_files],
+            [read_json(p) for p in masking_files],
+            [read_json(p) for p in selection_files],
+            tmp,
+        )
+        run.log_artifacts(tmp, "report")
