@@ -1,0 +1,61 @@
+import copy
+
+import yaml
+
+from zoomattn import grid
+from zoomattn.config import ROOT, load_config
+
+RAW = yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+def _cfg(preset="tiny", **mudaf_methods):
+    raw = copy.deepcopy(RAW)
+    raw["preset"] = preset
+    if mudaf_methods:
+        raw["mudaf"]["methods"] = mudaf_methods
+    return load_config(raw)
+
+
+def test_each_study_names_its_models_and_only_rectification_has_a_placement_in_the_id():
+    models = grid.trained_models(_cfg())
+    assert "qlora_s0" in models and "rectification/rectify-xi3-reverse_s0" in models
+    sft = models["mudaf/mudaf-heads0_s0"]
+    assert (sft.study, sft.base, sft.placement, sft.train_data) == (
+        "mudaf",
+        "base",
+        "vanilla",
+        "train-mudaf/vanilla",
+    )
+
+
+def test_head_counts_above_the_models_heads_are_clipped_and_trained_once():
+    cfg = _cfg(mudaf={"heads": [8, 32, 64, 100]}, weak={"method": "mudaf", "heads": 50})
+    models = grid.trained_models(cfg)
+    runs = sorted(m.run for m in models.values() if m.study == "mudaf")
+    assert runs == ["mudaf-heads32", "mudaf-heads8", "weak"]  # tiny: 4 layers x 8 heads
+    assert models["mudaf/weak_s0"].values["heads"] == 32
+    assert grid.clipped_heads(cfg) == {64: 32, 100: 32, 50: 32}
+
+
+def test_a_hub_base_keeps_every_head_count_for_the_selection_to_clip():
+    cfg = _cfg("paper")
+    runs = {m.run for m in grid.trained_models(cfg).values() if m.study == "mudaf"}
+    assert "mudaf-heads64" in runs and grid.clipped_heads(cfg) == {}
+
+
+def test_every_mudaf_model_and_the_base_are_evaluated_on_every_mudaf_benchmark():
+    cfg = _cfg()
+    evals = [(m, b, s) for m, b, s in grid.evaluations(cfg) if b in cfg["mudaf"]["benchmarks"]]
+    mudaf = [m for m in grid.trained_models(cfg) if m.startswith("mudaf/")]
+    assert sorted({m for m, _, _ in evals}) == sorted(["base", *mudaf])
+    assert len(evals) == (1 + len(mudaf)) * len(cfg["mudaf"]["benchmarks"])
+    assert {s for _, _, s in evals} == {"vanilla"}
+    assert grid.study_of_benchmark(cfg, "mdqa_like") == "mudaf"
+
+
+def test_a_study_set_to_null_leaves_the_grid():
+    raw = copy.deepcopy(RAW)
+    raw["mudaf"] = None
+    cfg = load_config(raw)
+    assert grid.studies(cfg) == ["rectification"]
+    assert not any(m.startswith("mudaf/") for m in grid.trained_models(cfg))
