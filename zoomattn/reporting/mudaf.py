@@ -17,7 +17,7 @@ from zoomattn.reporting import mudaf_figures as figures
 from zoomattn.reporting import mudaf_heads as heads_of
 from zoomattn.reporting import published_mudaf as paper
 from zoomattn.reporting.mudaf_heads import Cell, mudaf_cells
-from zoomattn.reporting.rectification import Row, _write, scores_frame, select, wide
+from zoomattn.reporting.rectification import Row, scores_frame, select, wide, write_table
 from zoomattn.reporting.tables import cell, describe_seeds
 
 BASE_ROW = "base (no fine-tune)"
@@ -127,7 +127,7 @@ class Report:
         shown = wide(long, self.columns, mean=True)
         if not self.many_placements:
             shown.columns = [c if c == "mean" else c.rsplit(" ", 1)[0] for c in shown.columns]
-        return _write(long, shown, self.out, name, title, note)
+        return write_table(long, shown, self.out, name, title, note)
 
     def compared(self, long: pd.DataFrame, table: dict, name: str, title: str) -> str:
         compared = comparison(long, self.benchmarks, table)

@@ -124,7 +124,9 @@ def wide(long: pd.DataFrame, columns: list[tuple], values=SCORES, mean=False) ->
     return t
 
 
-def _write(long: pd.DataFrame, shown: pd.DataFrame, out: Path, name: str, title: str, note: str):
+def write_table(
+    long: pd.DataFrame, shown: pd.DataFrame, out: Path, name: str, title: str, note: str
+):
     long.to_csv(out / f"{name}.csv", index=False)
     md = f"### {title}\n\n{note}\n\n" + shown.to_markdown(disable_numparse=True) + "\n"
     (out / f"{name}.md").write_text(md)
@@ -208,7 +210,7 @@ def build_report(spec: dict, evals: list[dict], margin: dict, out: Path) -> None
     note = f"{caption}. {seed_note} Only g = max runs enter this table; mean over all columns."
     title = f"Table 1{kind}: ξ sweep by benchmark and query placement"
     parts.append(
-        _write(t1, wide(t1, columns, mean=True), out, "table1", title, note)
+        write_table(t1, wide(t1, columns, mean=True), out, "table1", title, note)
         if len(t1)
         else "### Table 1\n\nNo evaluations of the base, LoRA or ξ sweep runs.\n"
     )
@@ -262,7 +264,9 @@ def build_report(spec: dict, evals: list[dict], margin: dict, out: Path) -> None
             "tokens minus that on the other tokens, ×1000, over the examples whose golden "
             f"documents contain the answer. {paper.FIG3_NOTE}"
         )
-        parts.append(_write(gaps, wide(gaps, columns, GAPS), out, "fig3_answer_gap", title, note))
+        parts.append(
+            write_table(gaps, wide(gaps, columns, GAPS), out, "fig3_answer_gap", title, note)
+        )
         parts.append(f"![Fig. 3{kind}](fig3_answer_gap.png)\n")
     else:
         parts.append(f"### Fig. 3{kind}\n\nNo answer-gap measurements. {paper.FIG3_NOTE}\n")
@@ -292,7 +296,7 @@ def _fig4(df, rows, columns, placements, out: Path, kind, caption, seed_note) ->
     figures.g_variants(gs, lora, labels, placements, out / "fig4_g_variants.png", title)
     where = f"the ξ = {ref[0].xi:g} run of the sweep ({ref[0].run})" if ref else "absent"
     note = f"{caption}. {seed_note} max: {where}. LoRA's numbers are Table 1's. {paper.FIG4_NOTE}"
-    md = _write(gs, wide(gs, columns), out, "fig4_g_variants", title, note)
+    md = write_table(gs, wide(gs, columns), out, "fig4_g_variants", title, note)
     return md + f"\n![Fig. 4{kind}](fig4_g_variants.png)\n"
 
 

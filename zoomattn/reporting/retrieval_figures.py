@@ -5,6 +5,8 @@ returns it (closed) so callers and tests can inspect what was drawn."""
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -15,9 +17,9 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 def _save(fig, path, title: str | None):
     if title:
-        fig.suptitle(title, fontsize=9)
+        fig.suptitle(textwrap.fill(title, 100), fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # keeps a legend placed outside the axes
     plt.close(fig)
     return fig
 
@@ -60,7 +62,7 @@ def plot_masking(results: dict[str, dict], path, title: str | None = None):
     """Fig. 4: task score vs number of masked heads k, per model: the top-k heads by retrieval
     score (solid) and random heads (dashed: mean over draws, band: min to max); k = 0 is the
     unmasked baseline."""
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = plt.subplots(figsize=(7, 4))
     metrics = set()
     for i, (label, res) in enumerate(results.items()):
         color = f"C{i}"
@@ -93,5 +95,5 @@ def plot_masking(results: dict[str, dict], path, title: str | None = None):
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("masked heads k")
     ax.set_ylabel(f"score ({', '.join(sorted(metrics))})")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside: curves stay clear
     return _save(fig, path, title)
