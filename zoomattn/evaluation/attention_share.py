@@ -51,12 +51,18 @@ def document_spans(tok, record: dict) -> tuple[list[int], list[tuple[int, int]]]
 
 
 @torch.no_grad()
-def document_shares(model, tok, record: dict) -> np.ndarray:
+def passage_attention(model, tok, record: dict, dtype=torch.float64) -> np.ndarray:
+    """The last prompt token's attention summed over each document: ``[layers, heads, docs]``
+    (one attention row per head, never the matrix), summed in ``dtype``."""
     ids, spans = document_spans(tok, record)
     with recording_last_row(model) as layers:
-        model(input_ids=torch.tensor([ids], device=model.device))
-        rows = torch.stack([m.last_row[0] for m in layers]).float().cpu()  # [layers, heads, S]
-    mass = torch.stack([rows[..., a:b].sum(-1) for a, b in spans], dim=-1)  # [layers, heads, docs]
+        model(input_ids=torch.tensor([ids], device=model.device), use_cache=False)
+        rows = torch.stack([m.last_row[0] for m in layers]).to(dtype).cpu()  # [layers, heads, S]
+    return torch.stack([rows[..., a:b].sum(-1) for a, b in spans], dim=-1).numpy()
+
+
+def document_shares(model, tok, record: dict) -> np.ndarray:
+    mass = torch.from_numpy(passage_attention(model, tok, record, torch.float32))
     mean_mass = mass.mean(dim=(0, 1))
     return (mean_mass / mean_mass.sum()).numpy()
 

@@ -26,22 +26,11 @@ with different models or k lists mask the same random heads.
 from __future__ import annotations
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
-from zoomattn.attention.interface import attention_modules, masking_heads, recording_last_row
-from zoomattn.evaluation.attention_share import document_spans
+from zoomattn.attention.interface import attention_modules, masking_heads
+from zoomattn.evaluation.attention_share import passage_attention
 from zoomattn.evaluation.generate import evaluate_records
-
-
-@torch.no_grad()
-def passage_attention(model, tok, record: dict) -> np.ndarray:
-    """The last prompt token's attention summed over each passage: ``[layers, heads, passages]``."""
-    ids, spans = document_spans(tok, record)
-    with recording_last_row(model) as layers:
-        model(input_ids=torch.tensor([ids], device=model.device), use_cache=False)
-        rows = torch.stack([m.last_row[0] for m in layers]).double().cpu()  # [layers, heads, S]
-    return torch.stack([rows[..., a:b].sum(-1) for a, b in spans], dim=-1).numpy()
 
 
 def retrieval_scores(

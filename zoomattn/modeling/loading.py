@@ -56,7 +56,7 @@ def load_tokenizer(path: str | Path):
     return AutoTokenizer.from_pretrained(path)
 
 
-def _inner(model):
+def unwrap(model):
     """The transformers model inside a peft wrapper (or the model itself)."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
@@ -65,7 +65,7 @@ def zoom_state(model) -> dict[str, torch.Tensor]:
     """The method's attention modules, named as in the plain transformers model."""
     return {
         n: p.detach().cpu().contiguous()
-        for n, p in _inner(model).named_parameters()
+        for n, p in unwrap(model).named_parameters()
         if ".zoom." in n
     }
 
@@ -153,7 +153,7 @@ def export_merged(model, base_path, out_dir: Path, method_name: str, method_valu
     from peft.tuners.lora import LoraLayer
 
     weights = {}
-    for name, module in _inner(model).named_modules():
+    for name, module in unwrap(model).named_modules():
         if isinstance(module, LoraLayer):
             layer = module.get_base_layer()
         elif isinstance(module, bnb.nn.Linear4bit) and not name.endswith(".base_layer"):
@@ -183,7 +183,7 @@ def load_finetuned(model_dir: str | Path, base_path, quantization: dict | None):
 
     model_dir = Path(model_dir)
     model = PeftModel.from_pretrained(load_base(base_path, quantization), model_dir)
-    _attach_saved_zoom(_inner(model), model_dir)
+    _attach_saved_zoom(unwrap(model), model_dir)
     return model.eval()
 
 

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from zoomattn.attention.interface import capturing_qk
 from zoomattn.data.tasks import Record
 from zoomattn.modeling.chat import prompt_ids
+from zoomattn.modeling.loading import unwrap
 
 
 def row_losses(query, keys, valid, tau: float) -> torch.Tensor:
@@ -80,7 +81,7 @@ def contrastive_examples(
 
 def _backbone(model):
     """The decoder stack without the LM head (inside a peft wrapper: LoRA layers included)."""
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = unwrap(model)
     return getattr(inner, inner.base_model_prefix)
 
 
