@@ -1,0 +1,218 @@
+"""LKG-RALM attention math (GRID.md §4): segments, the estimator's blocked mask, the fusion bias.
+
+Segments. Every token gets a code from the four boundary markers (``Boundary``): passage index
+k ≥ 0 from the k-th ``[d]`` through its ``[e_i]``; ``QUESTION`` from ``[q]`` through ``[e_q]``;
+``TAIL`` for everything after ``[e_q]`` (answer cue, answer, generated tokens); ``OTHER`` for the
+rest (bos, instruction, "document :" words, left padding).
+
+Estimator mask (``estimator_mask``): the blocked bidirectional mask of the estimator's extra
+forward. A passage's tokens see their whole passage, question tokens the whole question,
+OTHER/TAIL tokens attend causally, padding keys are never seen and the diagonal always is.
+
+Fusion (paper eq. 6, ``fusion_bias`` + ``relevance_attention``): on a layer's fused heads the
+scores get the additive bias log M: QUESTION/TAIL rows attending passage k get log α_k, a passage
+row attending another passage −inf (M = 0), everything else 0, on top of the call's own
+causal/padding mask (``call_mask``). The other heads run plain causal SDPA.
+
+Memory. Per layer with fused heads, one float ``[B, 1, L, S]`` bias (dtype of log α; shared by
+the layer's fused heads, transient: built, used, freed) plus about one more of the same while it
+is built (the log α part and the 0/−inf part are added): 64 MiB each in fp32 at B = 1,
+L = S = 4096, 1 MiB at the tiny scale (L = S = 512). On top comes SDPA's own memory, which
+depends on whether the bias needs a gradient. With a constant bias (α frozen, evaluation) the
+fused CPU kernel runs and keeps no score matrix. When the bias requires grad (training: α comes
+from the estimator), PyTorch's CPU dispatcher falls back to its math backend for the fused
+heads (torch 2.13; the fused CPU kernel gives no gradient for a mask): that materialises the
+scores and keeps the probabilities ``[B, |heads|, L, S]`` for backward, 64 MiB per fused head
+in fp32 at L = S = 4096 (0.25 MiB per head at the tiny scale). Only the fused heads pay it,
+since the other heads are a separate SDPA call (``benchmarks/relevance_fusion.py`` measures
+both; CUDA's memory-efficient kernel may keep the bias gradient fused: not measured here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from zoomattn.attention.math import additive_mask, repeat_kv, sdpa
+
+OTHER, QUESTION, TAIL = -1, -2, -3
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """Token ids of the four markers: ``[d]``, ``[e_i]``, ``[q]``, ``[e_q]``."""
+
+    d: int
+    e: int
+    q: int
+    eq: int
+
+
+def segment_ids(input_ids: torch.Tensor, boundary: Boundary) -> torch.Tensor:
+    """Segment code of every token ``[B, L]`` (module docstring), from the last opening marker
+    (``[d]`` or ``[q]``) at or before each position and the last ``[e_i]`` before it: running maxima
+    over marker positions, no loop over positions.
+
+    Edge cases, chosen so a truncated prompt still gets usable segments: a ``[d]`` without its
+    ``[e_i]`` (cut off) opens passage k up to the next ``[d]`` or ``[q]``, or to the end of the
+    row; ``[d]`` and ``[q]`` always open their segment; a closing marker with nothing open to
+    close (``[e_i]`` after its passage closed, ``[e_q]`` outside the question) is OTHER, one inside
+    the open question is a question token; after the ``[e_q]`` that closes the question every
+    token is TAIL, markers included. Passage indices count the row's ``[d]`` markers from 0.
+    Padding gets no special treatment, so its id must not be a marker id: left padding (before
+    the first marker) is OTHER, right padding after ``[e_q]`` is TAIL (the call's attention mask
+    hides it).
+    """
+    b = boundary
+    is_d, is_e, is_q, is_eq = (input_ids == t for t in (b.d, b.e, b.q, b.eq))
+    pos = torch.arange(input_ids.shape[-1], device=input_ids.device).expand_as(input_ids)
+
+    def last_at_or_before(where):  # position of the last True at or before each position, or -1
+        return torch.where(where, pos, -1).cummax(dim=-1).values
+
+    last_open = last_at_or_before(is_d | is_q).clamp(min=0)  # none yet: position 0, no opener
+    opened_by_d, opened_by_q = is_d.gather(-1, last_open), is_q.gather(-1, last_open)
+    last_close = F.pad(last_at_or_before(is_e)[..., :-1], (1, 0), value=-1)  # strictly before
+    in_passage = opened_by_d & (last_close < last_open) & ~is_eq
+    closes_question = (is_eq & opened_by_q).long()
+    after_question = (closes_question.cumsum(dim=-1) - closes_question) > 0
+    passage = is_d.long().cumsum(dim=-1) - 1
+    codes = torch.where(in_passage, passage, OTHER)
+    codes = codes.masked_fill(opened_by_q, QUESTION)
+    return codes.masked_fill(after_question, TAIL)
+
+
+def n_passages(segments: torch.Tensor) -> int:
+    """Number of passage slots over the batch: the largest passage index + 1 (0 if none)."""
+    return 0 if segments.numel() == 0 else max(int(segments.max()) + 1, 0)
+
+
+def estimator_mask(segments: torch.Tensor, key_padding: torch.Tensor | None = None) -> torch.Tensor:
+    """Blocked bidirectional mask ``[B, 1, L, L]`` (True = allowed) for the estimator pass.
+
+    Passage k rows see passage k's columns, QUESTION rows QUESTION columns (both directions),
+    OTHER/TAIL rows every earlier column (causal). ``key_padding`` ``[B, L]`` (True = real token)
+    removes padding columns; the diagonal is always allowed so no row is empty.
+    """
+    n = segments.shape[-1]
+    row, col = segments[:, None, :, None], segments[:, None, None, :]
+    blocks = (row == col) & ((row >= 0) | (row == QUESTION))
+    causal = torch.ones(n, n, dtype=torch.bool, device=segments.device).tril()
+    allowed = blocks | (((row == OTHER) | (row == TAIL)) & causal)
+    if key_padding is not None:
+        allowed = allowed & key_padding[:, None, None, :].bool()
+    return allowed | torch.eye(n, dtype=torch.bool, device=segments.device)
+
+
+def call_mask(mask: torch.Tensor | None, q_len: int, k_len: int, device) -> torch.Tensor:
+    """The boolean mask ``[B or 1, 1, q_len, k_len]`` an attention call implies: ``mask`` itself
+    when given, else causal with the queries aligned to the last keys (one decoding query sees
+    every key), as ``math.sdpa`` reads a missing mask."""
+    if mask is not None:
+        return mask
+    rows = torch.arange(q_len, device=device)[:, None] + (k_len - q_len)
+    return (torch.arange(k_len, device=device)[None, :] <= rows)[None, None]
+
+
+def fusion_bias(
+    query_segments: torch.Tensor,
+    key_segments: torch.Tensor,
+    log_alpha: torch.Tensor,
+    allowed: torch.Tensor,
+) -> torch.Tensor:
+    """Additive bias log M ``[B, 1, L, S]`` of the fused heads, in log α's dtype.
+
+    ``query_segments`` ``[B, L]`` are the codes of the query rows (while decoding, the last L
+    codes of ``key_segments`` ``[B, S]``); ``log_alpha`` ``[B, P]`` holds log α_k per passage,
+    P ≥ n_passages (a passage index beyond P raises); ``allowed`` is the call's boolean mask
+    (``call_mask``). Entries: −inf where ``allowed`` is False or a passage row meets another
+    passage's column; log α_k where a QUESTION/TAIL row meets a passage-k column; else 0. A
+    position always shares its own code, so an allowed diagonal stays finite whatever α is.
+    Differentiable w.r.t. ``log_alpha``; the 0/−inf part is built without grad, so autograd
+    keeps no ``[L, S]`` tensor for this function.
+    """
+    row, col = query_segments[:, None, :, None], key_segments[:, None, None, :]
+    # log α of each key column, 0 for non-passage columns (slot 0: a zero put in front).
+    slot = (key_segments + 1).clamp(min=0)
+    column_alpha = F.pad(log_alpha, (1, 0)).gather(-1, slot)[:, None, None, :]
+    guided_rows = (row == QUESTION) | (row == TAIL)
+    cross = (row >= 0) & (col >= 0) & (row != col)
+    blocked = cross | ~allowed.bool()
+    structure = torch.zeros(blocked.shape, dtype=log_alpha.dtype, device=log_alpha.device)
+    structure.masked_fill_(blocked, float("-inf"))
+    return structure.add_(torch.where(guided_rows, column_alpha, 0.0))
+
+
+def _heads(heads: Sequence[int], n_heads: int) -> list[int]:
+    fused = sorted({int(h) for h in heads})
+    if fused and not (0 <= fused[0] and fused[-1] < n_heads):
+        raise ValueError(f"fused heads {fused} out of range for {n_heads} heads")
+    return fused
+
+
+def _select(q, k, v, heads: list[int]):
+    """q of ``heads`` and the KV head each of them reads (GQA: query head h reads h // group)."""
+    group = q.shape[1] // k.shape[1]
+    idx = torch.tensor(heads, device=q.device)
+    kv = idx // group
+    return q.index_select(1, idx), k.index_select(1, kv), v.index_select(1, kv)
+
+
+def relevance_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    scaling: float | None,
+    heads: Sequence[int],
+    bias: torch.Tensor,
+) -> torch.Tensor:
+    """Attention output ``[B, H, L, D]``: the heads in ``heads`` run SDPA with the float ``bias``
+    (``fusion_bias``, which already holds the call's mask; broadcast over those heads), the
+    others run ``math.sdpa(q, k, v, mask, scaling)`` unchanged. q ``[B, H, L, D]``, k/v
+    ``[B, KV, S, D]`` (GQA not repeated). Gradients reach q, k, v and ``bias``.
+    """
+    n_heads = q.shape[1]
+    fused = _heads(heads, n_heads)
+    if not fused:
+        return sdpa(q, k, v, mask, scaling)
+    bias = bias.to(q.dtype)
+    if len(fused) == n_heads:  # no head selection: GQA inside the kernel, no copies
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=bias, scale=scaling, enable_gqa=k.shape[1] != n_heads
+        )
+    others = [h for h in range(n_heads) if h not in set(fused)]
+    qf, kf, vf = _select(q, k, v, fused)
+    out_fused = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=bias, scale=scaling)
+    out_plain = sdpa(*_select(q, k, v, others), mask, scaling)
+    order = torch.tensor(others + fused, device=q.device).argsort()
+    return torch.cat([out_plain, out_fused], dim=1).index_select(1, order)
+
+
+def relevance_last_row(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    mask: torch.Tensor | None,
+    scaling: float | None,
+    heads: Sequence[int],
+    bias: torch.Tensor,
+) -> torch.Tensor:
+    """Attention probabilities of the last query position ``[B, H, S]`` as ``relevance_attention``
+    weighs the keys (the fused heads with ``bias``), for ``recording_last_row``. One row, never
+    the matrix; masked scores are clamped to finfo.min, as in ``math.attention_probs``, so even
+    a fully masked row stays finite."""
+    n_heads, n_keys = q.shape[1], k.shape[2]
+    scaling = q.shape[-1] ** -0.5 if scaling is None else scaling
+    scores = (q[:, :, -1:] @ repeat_kv(k, n_heads).transpose(-1, -2))[:, :, 0] * scaling
+    row_mask = None if mask is None else mask[:, :, -1:, :]
+    plain = scores + additive_mask(row_mask, 1, n_keys, scores.dtype, scores.device)[:, :, 0]
+    fused = _heads(heads, n_heads)
+    if fused:
+        is_fused = torch.zeros(n_heads, dtype=torch.bool, device=q.device)
+        is_fused[fused] = True
+        biased = (scores + bias[:, :, -1].to(scores.dtype)).clamp(min=torch.finfo(scores.dtype).min)
+        plain = torch.where(is_fused[None, :, None], biased, plain)
+    return plain.softmax(dim=-1)
