@@ -1,6 +1,8 @@
 import random
 from collections import Counter
 
+import pytest
+
 from zoomattn.data import tasks
 from zoomattn.data.world import CONFLICT, UNKNOWN, FactSampler
 
@@ -105,3 +107,102 @@ def test_every_rendered_prompt_is_in_the_tokenizer_vocabulary(world, tokenizer):
     for rec in recs:
         ids = tokenizer(tasks.render_prompt(rec) + " " + rec["answers"][0])["input_ids"]
         assert tokenizer.unk_token_id not in ids
+
+
+# --- LKG-RALM's robustness sets (retrieved_examples) ---------------------------------------------
+
+
+def _retrieved(world, family, n_passages, share, seed):
+    """The one record of ``retrieved_examples`` at ``seed`` and the texts of its golden documents
+    before any cut or replacement: ``distractor_qa`` replayed from the same seed."""
+    (rec,) = tasks.retrieved_examples(world, "x", family, 1, n_passages, share, seed)
+    n_distractors = max(n_passages - (2 if family == "multihop" else 1), 0)
+    source = tasks.distractor_qa(FactSampler(world, random.Random(seed)), family, n_distractors)
+    return rec, {source["documents"][g] for g in source["golden"]}
+
+
+def _at(rec, texts):
+    return [i for i, d in enumerate(rec["documents"]) if d in texts]
+
+
+def test_retrieved_examples_hold_exactly_n_passages_with_the_golden_text_at_golden(world):
+    for family, n_golden in (("single", 1), ("multihop", 2)):
+        for n_passages in (1, 2, 5, 12):
+            for seed in range(10):
+                rec, golden = _retrieved(world, family, n_passages, 0.0, seed)
+                assert len(rec["documents"]) == n_passages
+                assert len(rec["golden"]) == min(n_golden, n_passages)
+                assert rec["golden"] == _at(rec, golden)
+                assert rec["noise_ratio"] == pytest.approx(1 - len(rec["golden"]) / n_passages)
+    (rec,) = tasks.retrieved_examples(world, "x", "single", 1, 3, 0.0, seed=0)
+    attribute, entity = _asked(rec)
+    assert (
+        rec["documents"][rec["golden"][0]]
+        == f"the {attribute} of {entity} is {rec['answers'][0]} ."
+    )
+    assert all(f"the {attribute} of " in d for d in rec["documents"])  # hard negatives
+    recs = tasks.retrieved_examples(world, "x", "single", 3, 3, 0.0, seed=0)
+    assert [r["id"] for r in recs] == ["x-0", "x-1", "x-2"]
+    assert {r["placement"] for r in recs} == {"vanilla"}
+
+
+def test_retrieved_examples_spread_the_golden_passage_over_all_positions(world):
+    recs = tasks.retrieved_examples(world, "x", "single", 300, 4, 0.0, seed=1)
+    positions = Counter(r["golden"][0] for r in recs)
+    assert set(positions) == {0, 1, 2, 3} and min(positions.values()) > 45  # uniform: 75
+
+
+def test_retrieved_examples_replace_exactly_round_share_times_n_passages(world):
+    for family in ("single", "multihop"):
+        # Python's round: halves go to the even neighbour (10 x 0.25 -> 2, 10 x 0.75 -> 8)
+        cases = ((10, 0.3, 3), (3, 0.5, 2), (7, 0.2, 1), (10, 0.25, 2), (10, 0.75, 8), (6, 1.0, 6))
+        for n_passages, share, replaced in cases:
+            for seed in range(10):
+                clean, golden = _retrieved(world, family, n_passages, 0.0, seed)
+                rec, _ = _retrieved(world, family, n_passages, share, seed)
+                pairs = zip(clean["documents"], rec["documents"], strict=True)
+                changed = [i for i, (a, b) in enumerate(pairs) if a != b]
+                assert len(changed) == replaced
+                assert rec["golden"] == [g for g in clean["golden"] if g not in changed]
+                assert rec["golden"] == _at(rec, golden)
+                named = {w for d in [rec["question"], *golden] for w in d.split()}
+                for i in changed:  # irrelevant: about none of the question's entities
+                    assert rec["documents"][i].split()[3] not in named
+                assert rec["noise_ratio"] == pytest.approx(1 - len(rec["golden"]) / n_passages)
+
+
+def test_retrieved_examples_can_replace_the_golden_passages_too(world):
+    kept = Counter()
+    for seed in range(100):
+        rec, golden = _retrieved(world, "multihop", 4, 0.5, seed)
+        assert rec["golden"] == _at(rec, golden)
+        kept[len(rec["golden"])] += 1
+    assert set(kept) == {0, 1, 2}  # 2 of 4 replaced: both, one or neither golden passage goes
+
+
+def test_retrieved_examples_with_no_passages_are_closed_book(world):
+    recs = tasks.retrieved_examples(world, "x", "multihop", 5, 0, 0.5, seed=0)
+    for rec in recs:
+        assert rec["documents"] == [] and rec["golden"] == [] and rec["noise_ratio"] == 0.0
+        assert rec["question"].startswith("what is the ") and rec["answers"]
+
+
+def test_retrieved_examples_with_share_one_leave_no_golden_passage(world):
+    for family in ("single", "multihop"):
+        for seed in range(10):
+            rec, golden = _retrieved(world, family, 5, 1.0, seed)
+            assert len(rec["documents"]) == 5 and rec["golden"] == []
+            assert rec["noise_ratio"] == 1.0 and _at(rec, golden) == []
+
+
+def test_retrieved_examples_are_seeded(world):
+    a = tasks.retrieved_examples(world, "x", "single", 10, 6, 0.5, seed=9)
+    assert a == tasks.retrieved_examples(world, "x", "single", 10, 6, 0.5, seed=9)
+    assert a != tasks.retrieved_examples(world, "x", "single", 10, 6, 0.5, seed=10)
+
+
+def test_retrieved_examples_reject_a_share_outside_zero_one(world):
+    with pytest.raises(ValueError, match="irrelevant share"):
+        tasks.retrieved_examples(world, "x", "single", 1, 5, 1.5, seed=0)
+    with pytest.raises(ValueError, match="passages >= 0"):
+        tasks.retrieved_examples(world, "x", "single", 1, -1, 0.0, seed=0)

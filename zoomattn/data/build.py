@@ -20,6 +20,7 @@ from zoomattn.data.tasks import (
     benchmark_examples,
     distractor_examples,
     distractor_mix,
+    retrieved_examples,
     training_mix,
 )
 from zoomattn.data.tokenizer import save_tokenizer
@@ -122,13 +123,20 @@ def build_real_eval(cfg: dict, benchmark: str, noise_ratio: float, out_dir: Path
 
 
 def build_distractor_set(spec: dict, world_dir: Path | None, out_dir: Path) -> dict:
-    """A set of a side study (rectification, GRID.md §2; MuDAF, §3): golden documents plus
-    ``distractors`` hard ones (synthetic; real builders take their own options), the question
-    placed as ``placement`` says. The training set when the spec names no benchmark. The examples
-    are seeded by study and set, not by placement: both layouts hold the same ones."""
+    """A set of a side study (rectification, GRID.md §2; MuDAF, §3; LKG-RALM, §4): golden
+    documents plus ``distractors`` hard ones (synthetic; real builders take their own options),
+    the question placed as ``placement`` says. The training set when the spec names no benchmark.
+    The examples are seeded by study and set, not by placement: both layouts hold the same ones.
+
+    An eval spec with ``passages`` (and optionally ``irrelevant``, a share, default 0) is one of
+    LKG-RALM's robustness sets (Fig. 6): that many retrieved passages, that share of them replaced
+    by irrelevant ones; each (passages, irrelevant) split has its own seed."""
     placement, n_distractors = spec["placement"], spec.get("distractors")
     name = spec.get("benchmark")
     seed = derived_seed(spec["world_seed"], spec.get("study", "rectification"), name or "train")
+    retrieval = _retrieval_settings(spec)
+    if retrieval:
+        seed = derived_seed(seed, retrieval["passages"], retrieval["irrelevant"])
     if world_dir is not None:
         world = World.load(Path(world_dir) / "world.json")
         if name is None:
@@ -136,7 +144,15 @@ def build_distractor_set(spec: dict, world_dir: Path | None, out_dir: Path) -> d
             records = distractor_mix(world, t["mix"], t["n_train"], n_distractors, placement, seed)
         else:
             family, n = spec["spec"]["family"], spec["data"]["n_eval"]
-            records = distractor_examples(world, name, family, n, n_distractors, placement, seed)
+            if retrieval:
+                passages, share = retrieval["passages"], retrieval["irrelevant"]
+                records = retrieved_examples(world, name, family, n, passages, share, seed)
+                for rec in records:
+                    rec["placement"] = placement
+            else:
+                records = distractor_examples(
+                    world, name, family, n, n_distractors, placement, seed
+                )
     else:
         from zoomattn.data.sources import build_source
 
@@ -144,7 +160,11 @@ def build_distractor_set(spec: dict, world_dir: Path | None, out_dir: Path) -> d
         records = []
         for source, options in parts.items():
             options = dict(options.get("options", {}) if name else options)
-            if n_distractors is not None:  # a study whose builders pick their own negatives
+            if retrieval:  # an lkg_* builder (checked above): its own passage options
+                options.update(
+                    passages=retrieval["passages"], irrelevant_share=retrieval["irrelevant"]
+                )
+            elif n_distractors is not None:  # a study whose builders pick their own negatives
                 options.setdefault("distractors", n_distractors)
             if name:
                 options.setdefault("limit", spec["data"]["n_eval"])
@@ -152,8 +172,29 @@ def build_distractor_set(spec: dict, world_dir: Path | None, out_dir: Path) -> d
         random.Random(seed).shuffle(records)
         for rec in records:
             rec["placement"] = placement
-    settings = {"placement": placement, "distractors": n_distractors, "seed": seed}
+    settings = {"placement": placement, "distractors": n_distractors, "seed": seed, **retrieval}
     return write_split(records, out_dir, {**settings, "benchmark": name} if name else settings)
+
+
+def _retrieval_settings(spec: dict) -> dict:
+    """{"passages", "irrelevant"} of a robustness eval spec, {} for any other spec. Real data
+    needs an LKG-RALM builder (``lkg_*``): only those read a ranked retrieval list to cut."""
+    if "passages" not in spec:
+        return {}
+    name = spec.get("benchmark")
+    if name is None:
+        raise ValueError("passages: a setting of eval sets only, not of a training set")
+    source = spec["spec"].get("source")
+    if source is not None and not source.startswith("lkg_"):
+        raise ValueError(
+            f"benchmarks.{name}: 'passages' needs an LKG-RALM builder (lkg_*), not {source!r}"
+        )
+    passages, share = spec["passages"], spec.get("irrelevant", 0.0)
+    if isinstance(passages, bool) or not isinstance(passages, int) or passages < 0:
+        raise ValueError(f"benchmarks.{name}: passages must be an integer >= 0, got {passages!r}")
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
+        raise ValueError(f"benchmarks.{name}: irrelevant must be a share in [0, 1], got {share!r}")
+    return {"passages": passages, "irrelevant": float(share)}
 
 
 def load_split(split_dir: Path) -> list[dict]:

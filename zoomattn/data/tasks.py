@@ -246,6 +246,51 @@ def distractor_examples(
     return out
 
 
+def retrieved_examples(
+    world: World,
+    name: str,
+    family: str,
+    n: int,
+    n_passages: int,
+    irrelevant_share: float,
+    seed: int,
+) -> list[Record]:
+    """LKG-RALM's robustness sets (paper Fig. 6): n records of exactly ``n_passages`` documents.
+
+    A retrieval result stands in for each record: ``distractor_qa``'s golden documents plus hard
+    distractors up to ``n_passages`` (when fewer passages than golden documents are retrieved,
+    the first ones of the shuffled list stay), then round(share · n_passages) positions, uniform
+    over all of them, golden ones included, hold an irrelevant document instead (a random fact
+    of an entity that neither the question nor a golden document names). ``golden`` keeps the
+    golden documents left; 0 passages is the closed-book setting."""
+    if n_passages < 0 or not 0.0 <= irrelevant_share <= 1.0:
+        raise ValueError(
+            f"retrieved_examples: need passages >= 0 and an irrelevant share in [0, 1], "
+            f"got {n_passages} and {irrelevant_share}"
+        )
+    s = FactSampler(world, random.Random(seed))
+    names = set(world.entities)
+    n_golden = 2 if family == "multihop" else 1  # distractor_qa's golden documents
+    out = []
+    for i in range(n):
+        rec = distractor_qa(s, family, max(n_passages - n_golden, 0))
+        docs, golden = rec["documents"], rec["golden"]
+        named = [rec["question"], *(docs[g] for g in golden)]
+        avoid = {w for text in named for w in text.split() if w in names}
+        if n_passages < len(golden):
+            docs, golden = [docs[g] for g in golden[:n_passages]], list(range(n_passages))
+        replaced = s.rng.sample(range(n_passages), round(irrelevant_share * n_passages))
+        for slot in replaced:
+            docs[slot] = s.document(s.irrelevant(avoid), 1)
+        golden = [g for g in golden if g not in replaced]
+        noise = (len(docs) - len(golden)) / len(docs) if docs else 0.0
+        rec.update(
+            id=f"{name}-{i}", documents=docs, golden=golden, noise_ratio=noise, placement="vanilla"
+        )
+        out.append(rec)
+    return out
+
+
 def distractor_mix(
     world: World, mix: dict[str, float], n: int, n_distractors: int, placement: str, seed: int
 ) -> list[Record]:
