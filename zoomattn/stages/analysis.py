@@ -10,6 +10,7 @@ from zoomattn.stages.common import load_model
 from zoomattn.tracking import job_run
 
 log = logging.getLogger("zoomattn")
+MAX_TAG_CHARS = 8000  # the longest tag value MLflow stores
 
 
 def evaluate(
@@ -179,4 +180,34 @@ def head_masking(
         for row in summary["k"]:
             metrics |= {f"top{row['k']}": row["top"], f"random{row['k']}": row["random_mean"]}
         run.log_metrics(metrics)
+        run.log_artifacts(out)
+
+
+def head_patterns(
+    spec: dict,
+    model_dir: Path,
+    base_dir: Path,
+    split_dir: Path,
+    out: Path,
+    threads: int,
+    results: Path,
+) -> None:
+    """LKG-RALM Fig. 2: every head's attention pattern (edge, uniform, middle, other) from the
+    last prompt token's attention; the middle heads are those its fusion acts on."""
+    from zoomattn.data.build import load_split
+    from zoomattn.evaluation import head_patterns as patterns
+
+    with job_run(spec, "analysis", f"head_patterns/{spec['model']}", results) as run:
+        model, tok = load_model(spec, model_dir, base_dir, threads)
+        summary = patterns.head_patterns(
+            model, tok, load_split(split_dir), spec["head_patterns"]["examples"]
+        )
+        summary["model"] = spec["model"]
+        write_json(out, summary)
+        metrics = {f"share_{c}": summary["distribution"][c] for c in patterns.CLASSES}
+        run.log_metrics(metrics | {"middle_heads": len(summary["middle_heads"])})
+        heads = " ".join(f"{layer}-{head}" for layer, head in summary["middle_heads"])
+        if len(heads) > MAX_TAG_CHARS:  # MLflow's limit on a tag value; the JSON has them all
+            heads = heads[: heads.rfind(" ", 0, MAX_TAG_CHARS - 4)] + " ..."
+        run.set_tags({"lkg.middle_heads": heads})
         run.log_artifacts(out)
