@@ -2,9 +2,12 @@
 (importable without torch, so the workflow parses fast) and ``model.py`` an ``attach(model, cfg)``
 that hangs the method's attention module under ``self_attn.zoom`` of the layers it changes (see
 ``zoomattn.attention.interface``), and optionally an ``objective(cfg)``: a training term added to
-the answer loss (MuDAF's contrastive loss). The LoRA layers every method shares come from
-``zoomattn.modeling.loading``; a method may take some target modules over (``lora_exclude``), or
-train every parameter of the unquantised base instead (a config with ``tuning: full``).
+the answer loss (MuDAF's contrastive loss), or one replacing the answer-loss step altogether
+(``backward_batch``: LKG-RALM, whose estimator losses come from the answer's own forward), and a
+``prepare_tokenizer(tok, cfg)`` adding the tokens its prompts use. The LoRA layers every method
+shares come from ``zoomattn.modeling.loading``; a method may take some target modules over
+(``lora_exclude``), or train every parameter of the unquantised base instead (a config with
+``tuning: full``).
 
 ``cells()`` expands a ``methods:`` block into grid cells: an entry is named after its method, or
 names it with ``method:``; a list under one of the method's sweep keys is a grid axis (several
@@ -21,6 +24,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from zoomattn.methods.lkg import LkgConfig
 from zoomattn.methods.mudaf import MudafConfig
 from zoomattn.methods.opamp import OpAmpConfig
 from zoomattn.methods.qlora import QLoRAConfig
@@ -53,6 +57,15 @@ class Method:
         make = getattr(self._model_module(), "objective", None)
         return None if make is None else make(self.make_config(values))
 
+    def prepare_tokenizer(self, tok, values: dict) -> bool:
+        """Let the method add tokens it renders prompts with (LKG-RALM's boundary markers);
+        True when it did, so fine-tuning saves that tokenizer with the model."""
+        prepare = getattr(self._model_module(), "prepare_tokenizer", None)
+        if prepare is None:
+            return False
+        prepare(tok, self.make_config(values))
+        return True
+
     def tuning(self, values: dict) -> str:
         """``lora`` (4-bit base + the shared LoRA) unless the config asks for ``full``."""
         return getattr(self.make_config(values), "tuning", "lora")
@@ -82,6 +95,7 @@ METHODS: dict[str, Method] = {
     "opamp": Method("opamp", OpAmpConfig, ("K",)),
     "rectify": Method("rectify", RectifyConfig, ("xi", "g"), ("q_proj",)),
     "mudaf": Method("mudaf", MudafConfig, ("heads", "selection")),
+    "lkg": Method("lkg", LkgConfig, ("beta",)),
 }
 
 

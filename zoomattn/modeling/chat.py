@@ -7,6 +7,7 @@ record becomes a user turn (instruction, numbered documents, options, question; 
 earlier turns become earlier user/assistant turns) and the target is the answer followed by the
 family's end-of-turn token. Generation stops at every end token of the family: Llama-3 ends a turn
 with ``<|eot_id|>`` and a text with ``<|end_of_text|>``; stopping at only one runs on past answers.
+A tokenizer with LKG-RALM's boundary tokens wraps each document and the question in them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zoomattn.data.tasks import Record, render_prompt
+from zoomattn.modeling.boundary import has_boundary_tokens, mark_record
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,10 @@ def messages(record: Record) -> list[dict]:
 
 def prompt_text(tok, record: Record) -> tuple[list[int], str]:
     """The prompt as (ids before the text, text): tokenising the text and prepending the ids gives
-    ``prompt_ids``; the text lets callers find where each document sits (attention share)."""
+    ``prompt_ids``; the text lets callers find where each document sits (attention share). With
+    LKG-RALM's boundary tokens in the tokenizer, the record is marked (modeling/boundary.py)."""
+    if has_boundary_tokens(tok):
+        record = mark_record(record)
     if family_of(tok) is None:
         return [tok.bos_token_id], render_prompt(record)
     return [], tok.apply_chat_template(messages(record), tokenize=False, add_generation_prompt=True)

@@ -6,13 +6,17 @@ from pathlib import Path
 
 
 def load_model(spec: dict, model_dir: Path, base_dir: Path, threads: int):
+    """The model and its tokenizer: the model directory's own when fine-tuning saved one (a method
+    that adds tokens, LKG-RALM's boundary markers), else the base's."""
     import torch
 
     from zoomattn.modeling.loading import load_for_eval, load_tokenizer
 
     torch.manual_seed(0)
     torch.set_num_threads(threads)
-    return load_for_eval(model_dir, base_dir, spec["quantization"]), load_tokenizer(base_dir)
+    own = (Path(model_dir) / "tokenizer_config.json").is_file()
+    tok = load_tokenizer(model_dir if own else base_dir)
+    return load_for_eval(model_dir, base_dir, spec["quantization"]), tok
 
 
 def clear_checkpoints(ckpt: Path) -> None:

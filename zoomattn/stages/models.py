@@ -58,21 +58,28 @@ def finetune(
     results: Path,
     margin: Path | None = None,
     heads: Path | None = None,
+    patterns: Path | None = None,
 ) -> None:
     """One grid cell. ``margin``: the base's score margin (rectification, xi: auto); ``heads``:
-    the selected target heads (MuDAF), logged with the run."""
+    the selected target heads (MuDAF); ``patterns``: the base's head patterns, whose middle-focused
+    heads LKG-RALM fuses on; each logged with the run. The base's tokenizer is in the context too
+    (LKG-RALM records the ids of the boundary tokens it adds)."""
     from zoomattn.io import atomic_dir
     from zoomattn.methods import METHODS
+    from zoomattn.modeling.loading import load_tokenizer
     from zoomattn.training.finetune import finetune as run_finetune
 
     with job_run(spec, "finetune", spec["run"], results) as run, atomic_dir(out) as tmp:
         t0 = time.time()
-        context = {}
+        context = {"tokenizer": load_tokenizer(base_dir)}
         if margin:
             context["xi_auto"] = read_json(margin)["xi_auto"]
         if heads:
             context["selected_heads"] = read_json(heads)["selected"]
             run.log_artifacts(heads, "selected_heads")
+        if patterns:
+            context["middle_heads"] = read_json(patterns)["middle_heads"]
+            run.log_artifacts(patterns, "head_patterns")
         values = METHODS[spec["method"]].resolve(
             spec["method_config"], spec["finetune"]["lora"], **context
         )

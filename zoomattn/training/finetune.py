@@ -1,7 +1,9 @@
 """Fine-tuning one grid cell: answer-only loss, seeded batches, resumable checkpoints.
 
 A method may add a training term (``Method.objective``, MuDAF's contrastive loss): the loss is then
-``qa_weight·L_qa + term``, both accumulated over micro-batches, both drawn from (seed, step).
+``qa_weight·L_qa + term``, both accumulated over micro-batches, both drawn from (seed, step). An
+objective with its own ``backward_batch`` (LKG-RALM) takes the whole step over. A method that adds
+tokens to the tokenizer (``Method.prepare_tokenizer``) gets that tokenizer saved with the model.
 """
 
 from __future__ import annotations
@@ -120,11 +122,13 @@ def finetune(
     random.seed(cell["seed"])
     torch.set_num_threads(threads)
     tok = load_tokenizer(base_dir)
+    method = METHODS[cell["method"]]
+    own_tokenizer = method.prepare_tokenizer(tok, cell["method_config"])  # saved with the model
     records, encoded, dropped = _encode(tok, load_split(data_dir), ft.get("max_length"))
     if not encoded:
         raise ValueError(f"{data_dir}: no training example fits finetune.max_length")
     lengths = [len(e["input_ids"]) for e in encoded]
-    objective = METHODS[cell["method"]].objective(cell["method_config"])
+    objective = method.objective(cell["method_config"])
     model = build_trainable(
         base_dir, cell["method"], cell["method_config"], ft["lora"], ft["quantization"]
     )
@@ -144,13 +148,20 @@ def finetune(
     while step < ft["steps"]:
         idx = batch_indices(lengths, ft["batch_size"], cell["seed"], step)
         qa_weight = 1.0 if objective is None else objective.qa_weight
-        qa = backward_batch(model, [encoded[i] for i in idx], tok.pad_token_id, micro, qa_weight)
-        metrics = {"train_loss": qa, "qa_loss": qa}
-        if objective is not None:
-            term, extra = objective.backward(
-                model, tok, [records[i] for i in idx], cell["seed"], step, micro
+        batch, batch_records = [encoded[i] for i in idx], [records[i] for i in idx]
+        if hasattr(objective, "backward_batch"):  # the method's own step (LKG-RALM)
+            qa, extra = objective.backward_batch(
+                model, tok, batch_records, batch, tok.pad_token_id, micro
             )
-            metrics.update(extra, train_loss=qa_weight * qa + term)
+            metrics = {"train_loss": qa, "qa_loss": qa, **extra}
+        else:
+            qa = backward_batch(model, batch, tok.pad_token_id, micro, qa_weight)
+            metrics = {"train_loss": qa, "qa_loss": qa}
+            if objective is not None:
+                term, extra = objective.backward(
+                    model, tok, batch_records, cell["seed"], step, micro
+                )
+                metrics.update(extra, train_loss=qa_weight * qa + term)
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         for group in optimizer.param_groups:
             group["lr"] = ft["lr"] * lr_factor(step, ft["steps"], ft["warmup_ratio"])
@@ -167,7 +178,11 @@ def finetune(
             ckpt.save(step, model, optimizer)
     bar.close()
     save_finetuned(model, out_dir, cell["method"], cell["method_config"])
+    if own_tokenizer:
+        tok.save_pretrained(out_dir)
     if ft.get("export_merged") and not is_full(model):  # a fully tuned model is already plain
         model.eval()
         export_merged(model, base_dir, out_dir / MERGED_DIR, cell["method"], cell["method_config"])
+        if own_tokenizer:
+            tok.save_pretrained(out_dir / MERGED_DIR)
     return {"steps": step, "trainable_params": n_trainable, "dropped_too_long": dropped}

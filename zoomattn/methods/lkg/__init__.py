@@ -1,0 +1,3 @@
+from zoomattn.methods.lkg.config import LkgConfig
+
+__all__ = ["LkgConfig"]
