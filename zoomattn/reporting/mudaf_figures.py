@@ -23,7 +23,7 @@ from zoomattn.reporting.rectification_figures import (  # noqa: E402
 
 BASE_NAME = "base (no fine-tune)"
 MODELS = ("base", "MuDAF", "Vanilla-SFT")  # Figs. 5/6 bars, in the paper's order
-STUDY_COLOURS = {"base": "grey", "opamp": "C0", "rectification": "C1", "mudaf": "C2"}
+STUDY_COLOURS = {"base": "grey", "opamp": "C0", "rectification": "C1", "mudaf": "C2", "lkg": "C3"}
 
 
 def head_sweep(t4: pd.DataFrame, rows: list[str], refs: pd.DataFrame, path, title: str) -> None:

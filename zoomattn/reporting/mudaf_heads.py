@@ -15,7 +15,7 @@ import pandas as pd
 
 STRONG_F1 = 0.3  # a head counts as a retrieval head from this F1 on (the attended threshold)
 TOP_SHARE = 0.05  # the paper's retrieval heads: the top ~5% by F1
-STUDY_ORDER = ("base", "opamp", "rectification", "mudaf")
+STUDY_ORDER = ("base", "opamp", "rectification", "mudaf", "lkg")
 EPS = 1e-9  # a change counts as a gain above float noise
 
 
