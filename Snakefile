@@ -1,4 +1,5 @@
-# zoomattn: data -> base model -> fine-tunes (QLoRA, OpAmp K sweep) -> evaluation -> report.
+# zoomattn: data -> base model -> fine-tunes (QLoRA, OpAmp K sweep; the rectification, MuDAF and
+# LKG-RALM studies) -> evaluation and attention analyses -> one report per study.
 # Run from the repository root: `snakemake -j 2` (see README). Logic lives in the zoomattn package;
 # rules stay thin: inputs, outputs, params (the job's spec), log, resources, one call.
 
@@ -39,6 +40,7 @@ localrules:  # light: under --profile slurm they run in the submitting process, 
     report,
     rect_report,
     mudaf_report,
+    lkg_report,
     select_heads,
 
 

@@ -108,6 +108,29 @@ def test_preset_values_override_the_grid():
             {"preset": "paper", "presets__paper__mudaf__train__mudaf_hotpot": {}},
             "config.mudaf.train.mudaf_hotpot: no dataset builder 'mudaf_hotpot'",
         ),
+        (
+            {"lkg__benchmarks__mdqa_like": {"family": "multihop", "metric": "em"}},
+            "config.lkg.benchmarks.mdqa_like: the name is already a mudaf one",
+        ),
+        (
+            {"lkg__head_patterns__benchmark": "nq_like"},
+            "config.lkg.head_patterns.benchmark: 'nq_like' is not one of the study's",
+        ),
+        (
+            {"lkg__robustness__models": ["lkg", "lora"]},
+            "config.lkg.robustness.models: 'lora' is not an entry of config.lkg.methods",
+        ),
+        ({"lkg__robustness__irrelevant__shares": [1.5]}, "config.lkg.robustness.irrelevant"),
+        ({"lkg__methods__lkg": {"beta": 2}}, "config.lkg.methods.lkg: beta"),
+        ({"lkg__methods__lkg": {"estimator": "bert"}}, "config.lkg.methods.lkg: estimator"),
+        (
+            {
+                "preset": "paper",
+                "presets__paper__lkg__robustness__benchmark": "dpr",
+                "presets__paper__lkg__benchmarks__dpr": {"source": "dpr_nq", "metric": "em"},
+            },
+            "config.lkg.robustness.benchmark: 'dpr' reads 'dpr_nq'",
+        ),
     ],
 )
 def test_invalid_config_error_names_the_offending_key(changes, key):

@@ -57,5 +57,27 @@ def test_a_study_set_to_null_leaves_the_grid():
     raw = copy.deepcopy(RAW)
     raw["mudaf"] = None
     cfg = load_config(raw)
-    assert grid.studies(cfg) == ["rectification"]
+    assert grid.studies(cfg) == ["rectification", "lkg"]
     assert not any(m.startswith("mudaf/") for m in grid.trained_models(cfg))
+
+
+def test_lkg_robustness_sets_are_evaluated_for_the_listed_entries_only():
+    cfg = _cfg()
+    rob = cfg["lkg"]["robustness"]
+    splits = [s for _, s in grid.robustness_splits(cfg)]
+    assert splits == [f"n{k}" for k in rob["passages"]] + [
+        f"irr{s:g}" for s in rob["irrelevant"]["shares"]
+    ]
+    evals = grid.evaluations(cfg)
+    robust = {m for m, _, s in evals if s.startswith(("n", "irr"))}
+    assert robust == {"lkg/lkg_s0", "lkg/qlora_s0"}
+    main = {m for m, b, s in evals if b in cfg["lkg"]["benchmarks"] and s == "vanilla"}
+    assert main == {"base", *(m for m in grid.trained_models(cfg) if m.startswith("lkg/"))}
+    assert grid.robustness_set(cfg, "irr0.25") == {"passages": 10, "irrelevant": 0.25}
+    assert grid.robustness_set(cfg, "n6") == {"passages": 6, "irrelevant": 0.0}
+
+
+def test_lkg_cells_remember_the_entry_they_come_from():
+    models = grid.trained_models(_cfg())
+    assert models["lkg/lkg_no_rpf_s0"].entry == "lkg_no_rpf"
+    assert models["lkg/lkg_no_rpf_s0"].values == {"fusion": False}

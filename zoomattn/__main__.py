@@ -31,9 +31,11 @@ STAGES = {
     "score-margin": ["model_dir", "base_dir", "split_dir", "out"],
     "rect-report": ["margin", "out"],
     "retrieval-heads": ["model_dir", "base_dir", "split_dir", "out"],
+    "head-patterns": ["model_dir", "base_dir", "split_dir", "out"],
     "head-masking": ["model_dir", "base_dir", "split_dir", "scores", "out"],
     "select-heads": ["scores", "out"],
     "mudaf-report": ["out"],
+    "lkg-report": ["out"],
 }
 THREADED = {
     "pretrain",
@@ -43,6 +45,7 @@ THREADED = {
     "score-margin",
     "retrieval-heads",
     "head-masking",
+    "head-patterns",
 }
 
 
@@ -71,17 +74,21 @@ def run_stage(argv: list[str]) -> None:
             p.add_argument("--world-dir", type=Path, help="the synthetic world (tiny, smoke)")
         if stage in THREADED:
             p.add_argument("--threads", type=int, default=1)
-        if stage in ("report", "rect-report", "mudaf-report"):
+        if stage in ("report", "rect-report", "mudaf-report", "lkg-report"):
             p.add_argument("--eval-files", nargs="+", type=Path, required=True)
         if stage == "mudaf-report":
             p.add_argument("--heads-files", nargs="+", type=Path, required=True)
             p.add_argument("--masking-files", nargs="*", type=Path, default=[])
             p.add_argument("--selection-files", nargs="*", type=Path, default=[])
+        if stage == "lkg-report":
+            p.add_argument("--patterns-files", nargs="*", type=Path, default=[])
+            p.add_argument("--train-files", nargs="*", type=Path, default=[])
         if stage == "report":
             p.add_argument("--attention-files", nargs="+", type=Path, required=True)
         if stage == "finetune":
             p.add_argument("--margin", type=Path, help="the base's score margin (xi: auto)")
             p.add_argument("--heads", type=Path, help="the selected target heads (MuDAF)")
+            p.add_argument("--patterns", type=Path, help="the base's head patterns (LKG-RALM)")
     sub.add_parser("worker").add_argument("--socket", required=True, help="unix socket to serve")
     for name in ("mlflow-start", "mlflow-end"):
         p = sub.add_parser(name)

@@ -16,7 +16,7 @@ import jsonschema
 import yaml
 
 from zoomattn.cluster import with_defaults
-from zoomattn.grid import STUDIES, placements, study_entries
+from zoomattn.grid import LKG, STUDIES, placements, study_entries
 from zoomattn.methods import METHODS, cells, method_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,12 +120,33 @@ def _check_study(cfg: dict, study: str) -> None:
         named = [(f"benchmarks.{b}.source", s["source"]) for b, s in block["benchmarks"].items()]
         named += [(f"train.{b}", b) for b in block["train"]]
         _check_builders([(f"{study}.{key}", name) for key, name in named])
-    benchmark = block.get("retrieval_heads", {}).get("benchmark")  # masking runs on it too
-    if benchmark is not None and benchmark not in block["benchmarks"]:
+    for key in ("retrieval_heads", "head_patterns", "robustness"):  # masking uses retrieval_heads'
+        benchmark = (block.get(key) or {}).get("benchmark")
+        if benchmark is not None and benchmark not in block["benchmarks"]:
+            raise ConfigError(
+                f"{where}.{key}.benchmark: {benchmark!r} is not one of the study's "
+                f"benchmarks ({', '.join(block['benchmarks'])})"
+            )
+    if study == LKG and block.get("robustness"):
+        _check_robustness(cfg, block, entries, where)
+
+
+def _check_robustness(cfg: dict, block: dict, entries: dict, where: str) -> None:
+    rob = block["robustness"]
+    unknown = [m for m in rob["models"] if m not in entries]
+    if unknown:
         raise ConfigError(
-            f"{where}.retrieval_heads.benchmark: {benchmark!r} is not one of the study's "
-            f"benchmarks ({', '.join(block['benchmarks'])})"
+            f"{where}.robustness.models: {unknown[0]!r} is not an entry of {where}.methods "
+            f"({', '.join(entries)})"
         )
+    spec = block["benchmarks"][rob["benchmark"]]
+    if not is_synthetic(cfg) and not spec["source"].startswith("lkg_"):
+        raise ConfigError(
+            f"{where}.robustness.benchmark: {rob['benchmark']!r} reads {spec['source']!r}; the "
+            "passage-count and irrelevant-share sets need an lkg_* builder (retrieved passages)"
+        )
+    if not rob.get("passages") and not (rob.get("irrelevant") or {}).get("shares"):
+        raise ConfigError(f"{where}.robustness: give passages, irrelevant.shares or both")
 
 
 def _check_builders(named: list[tuple[str, str]]) -> None:
@@ -227,6 +248,7 @@ CODE_GROUPS = {
         "modeling/loading.py",
         "modeling/hub.py",
         "modeling/chat.py",
+        "modeling/boundary.py",
         "attention/*.py",
         "methods/__init__.py",
         "evaluation/*.py",

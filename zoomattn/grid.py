@@ -2,14 +2,15 @@
 
 A study is one paper's part of the workflow. ``opamp`` (the main paper) is the top-level
 ``methods``/``benchmarks``/``attention`` of the config. The other studies are config blocks of
-their own (``rectification``: GRID.md §2, ``mudaf``: §3), each with its training data (golden
-documents plus hard distractors), cells, benchmarks and optionally its own base model.
+their own (``rectification``: GRID.md §2, ``mudaf``: §3, ``lkg``: §4), each with its training data
+(golden documents plus hard distractors), cells, benchmarks and optionally its own base model.
 
 Model ids name directories under ``models/`` and ``eval/``: an OpAmp cell is ``<run>_s<seed>``; a
 cell of another study is ``<study>/<run>-<placement>_s<seed>`` when the study has a query-placement
 axis (rectification), else ``<study>/<run>_s<seed>``. The base a study starts from is ``base``, or
 ``base-<study>`` when the study names its own base model. Eval splits are ``r<noise ratio>``
-(OpAmp) or the query placement (``vanilla`` for a study without that axis).
+(OpAmp) or the query placement (``vanilla`` for a study without that axis); LKG-RALM's robustness
+sets add ``n<k>`` (k retrieved passages) and ``irr<share>`` (that share of them irrelevant).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from zoomattn.methods import cells
 
 RECT = "rectification"
 MUDAF = "mudaf"
-STUDIES = (RECT, MUDAF)  # the config blocks beside the OpAmp grid, in report order
+LKG = "lkg"
+STUDIES = (RECT, MUDAF, LKG)  # the config blocks beside the OpAmp grid, in report order
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Model:
     run: str | None = None  # the grid cell's name
     seed: int | None = None
     placement: str | None = None  # a study's query placement of train and test data
+    entry: str | None = None  # the study's ``methods:`` entry the cell comes from
 
     @property
     def train_data(self) -> str:
@@ -127,7 +130,7 @@ def trained_models(cfg: dict) -> dict[str, Model]:
                         mid = f"{study}/{name}_s{seed}"
                         base = study_base(cfg, study)
                         out[mid] = Model(
-                            mid, study, base, method, cell_values, run, seed, placement
+                            mid, study, base, method, cell_values, run, seed, placement, entry
                         )
     return out
 
@@ -146,16 +149,38 @@ def study_splits(cfg: dict, study: str) -> list[tuple[str, str]]:
     return [(b, p) for b in block["benchmarks"] for p in placements(block)]
 
 
+def robustness_splits(cfg: dict) -> list[tuple[str, str]]:
+    """LKG-RALM's robustness sets (Fig. 6): ``n<k>``, k retrieved passages with the golden ones
+    among them, and ``irr<share>``, that share of ``irrelevant.passages`` passages irrelevant."""
+    rob = (study_cfg(cfg, LKG) or {}).get("robustness")
+    if not rob:
+        return []
+    splits = [f"n{k}" for k in rob.get("passages", [])]
+    splits += [f"irr{s:g}" for s in (rob.get("irrelevant") or {}).get("shares", [])]
+    return [(rob["benchmark"], s) for s in splits]
+
+
+def robustness_set(cfg: dict, split: str) -> dict:
+    """The data settings of a robustness split: passages, and the irrelevant share."""
+    if split.startswith("irr"):
+        passages = cfg[LKG]["robustness"]["irrelevant"]["passages"]
+        return {"passages": passages, "irrelevant": float(split[3:])}
+    return {"passages": int(split[1:]), "irrelevant": 0.0}
+
+
 def evaluations(cfg: dict) -> list[tuple[str, str, str]]:
     """Every (model id, benchmark, split) the grid evaluates."""
     out = [("base", b, s) for b, s in opamp_splits(cfg)]
     for study in studies(cfg):
         out += [(study_base(cfg, study), b, p) for b, p in study_splits(cfg, study)]
+    robust_entries = ((study_cfg(cfg, LKG) or {}).get("robustness") or {}).get("models", [])
     for m in trained_models(cfg).values():
         if m.study == "opamp":
             out += [(m.id, b, s) for b, s in opamp_splits(cfg)]
         else:
             out += [(m.id, b, m.placement) for b in cfg[m.study]["benchmarks"]]
+        if m.study == LKG and m.entry in robust_entries:
+            out += [(m.id, b, s) for b, s in robustness_splits(cfg)]
     return out
 
 

@@ -163,7 +163,7 @@ def job_run(spec: dict, stage: str, name: str, results: str | Path) -> Iterator[
     }
     # filters in the MLflow UI: one study, one method, one placement, one model
     tags["zoomattn.study"] = spec.get("study", "opamp")
-    for key in ("method", "placement", "model", "benchmark"):
+    for key in ("method", "placement", "model", "benchmark", "run"):
         if spec.get(key) is not None:
             tags[f"zoomattn.{key}"] = str(spec[key])
     if os.environ.get("SLURM_JOB_ID"):  # find the cluster job (sacct, logs) of a run

@@ -50,14 +50,25 @@ def test_dry_run_lists_every_job_with_gpus_for_training_and_evaluation(tmp_path,
         assert len(jobs["select_heads"]) == n_mudaf - 1  # n = 0 selects no head
         n_models = 2 + n_runs + n_rect + n_mudaf  # the two bases and every fine-tuned model
         assert len(jobs["retrieval_heads"]) == n_models and len(jobs["head_masking"]) == 1
+    lkg = cfg.get("lkg")
+    n_lkg = len(lkg["methods"]) if lkg else 0  # paper: LoRA, the full method, four ablations
+    n_robust = 0
+    if lkg:
+        rob = lkg["robustness"]
+        n_robust = len(rob["passages"]) + len(rob["irrelevant"]["shares"])
+        assert len(jobs["head_patterns"]) == n_models + n_lkg and len(jobs["lkg_report"]) == 1
     n_study_sets = (2 * len(rect["benchmarks"]) if rect else 0) + (
         len(mudaf["benchmarks"]) if mudaf else 0
     )
-    assert len(jobs.get("study_eval_data", [])) == n_study_sets == (16 if rect else 0)
-    assert len(jobs["finetune"]) == n_runs + n_rect + n_mudaf
+    n_study_sets += len(lkg["benchmarks"]) + n_robust if lkg else 0
+    assert len(jobs.get("study_eval_data", [])) == n_study_sets == (16 + 5 + 17 if rect else 0)
+    assert len(jobs["finetune"]) == n_runs + n_rect + n_mudaf + n_lkg
     n_rect_evals = (n_rect + 2) * len(rect["benchmarks"]) if rect else 0
     n_mudaf_evals = (n_mudaf + 1) * len(mudaf["benchmarks"]) if mudaf else 0
-    assert len(jobs["evaluate"]) == (1 + n_runs) * n_cells + n_rect_evals + n_mudaf_evals
+    n_lkg_evals = (n_lkg + 1) * len(lkg["benchmarks"]) + len(rob["models"]) * n_robust if lkg else 0
+    assert len(jobs["evaluate"]) == (
+        (1 + n_runs) * n_cells + n_rect_evals + n_mudaf_evals + n_lkg_evals
+    )
     assert len(jobs["eval_data"]) == n_cells and "pretrain" not in jobs
     for rule, kind in (
         ("finetune", "finetune"),

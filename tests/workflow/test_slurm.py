@@ -34,12 +34,12 @@ def slurm_run(tmp_path_factory):
     with one_node_cluster(tmp_path_factory.mktemp("slurm")) as env:
         wd = copy_workflow(tmp_path_factory.mktemp("workflow"))
         site = wd / "site.yaml"
-        # the rectification and MuDAF parts add jobs of kinds the OpAmp part sends through Slurm
+        # the side studies add jobs of kinds the OpAmp part already sends through Slurm
         site.write_text(
             yaml.safe_dump(
                 {
                     "cluster": {"partition": PARTITION},
-                    "presets": {"smoke": {"rectification": None, "mudaf": None}},
+                    "presets": {"smoke": {"rectification": None, "mudaf": None, "lkg": None}},
                 }
             )
         )

@@ -20,9 +20,17 @@ import yaml
 from tests.workflow.scratch import SMOKE, copy_workflow, mlflow_client, mlflow_runs, snakemake
 
 pytestmark = pytest.mark.slow
-# what a retrained model of any study reruns besides its own report: its evaluations, and MuDAF's
-# head analyses (every model of the grid goes through them) with the MuDAF report
-ANALYSES = ["all", "evaluate", "finetune", "head_masking", "mudaf_report"]
+# what a retrained model of any study reruns besides its own report: its evaluations, and the head
+# analyses every model of the grid goes through (MuDAF's, LKG-RALM's) with those studies' reports
+ANALYSES = [
+    "all",
+    "evaluate",
+    "finetune",
+    "head_masking",
+    "mudaf_report",
+    "head_patterns",
+    "lkg_report",
+]
 
 
 def planned_jobs(workdir: Path, *args: str) -> list[tuple[str, dict]]:
@@ -131,11 +139,13 @@ def test_changing_the_world_seed_reruns_everything(workdir):
     jobs = planned_jobs(workdir, "world_seed=99")
     counts = {r: sum(1 for rr, _ in jobs if rr == r) for r, _ in jobs}
     assert counts["world"] == 1 and counts["pretrain"] == 1 and counts["attention"] == 4
-    assert counts["finetune"] == len(trained_models(cfg)) == 3 + 6 + 3
-    assert counts["evaluate"] == len(evaluations(cfg)) == 4 * 3 + 2 + 6 + 4
+    assert counts["finetune"] == len(trained_models(cfg)) == 3 + 6 + 3 + 3
+    # OpAmp 4 models x 3 splits; rectification 2 + 6; MuDAF 1 + 3; LKG 1 + 3 + 3 robustness sets
+    assert counts["evaluate"] == len(evaluations(cfg)) == 4 * 3 + 2 + 6 + 4 + 4 + 3
     assert counts["score_margin"] == 1 and counts["rect_report"] == 1
     assert counts["retrieval_heads"] == counts["head_masking"] == 1 + len(trained_models(cfg))
     assert counts["select_heads"] == 2 and counts["mudaf_report"] == 1
+    assert counts["head_patterns"] == 1 + len(trained_models(cfg)) and counts["lkg_report"] == 1
 
 
 def test_invalid_config_stops_before_any_job_naming_the_key(workdir, tmp_path):
@@ -334,3 +344,39 @@ def test_changed_head_scores_rerun_the_selection_and_its_finetunes_only(workdir)
     by_rule = {r: {w.get("trained") or w.get("model") for rr, w in jobs if rr == r} for r in rules}
     assert by_rule["finetune"] == {"mudaf/mudaf-heads2_s0", "mudaf/mudaf_weak_s0"}
     assert by_rule["head_masking"] == by_rule["finetune"] | {"base"}  # it masks by these scores
+
+
+def test_lkg_part_classifies_every_models_heads_and_fuses_on_the_bases_middle_heads(workdir):
+    out = workdir / "results/smoke"
+    for name in (
+        "README.md",
+        "table2_ablations.md",
+        "fig6a_passages.png",
+        "fig2_head_patterns.png",
+    ):
+        assert (out / "report/lkg" / name).stat().st_size > 0, name
+    models = ["base"] + [p.parent.name + "/" + p.name for p in (out / "models").glob("*/*_s0")]
+    models += [p.name for p in (out / "models").glob("*_s0")]
+    for m in models:  # every model of every study goes through the head-pattern analysis
+        patterns = json.loads((out / f"analysis/head_patterns/{m}.json").read_text())
+        assert len(patterns["head_class"]) == 2 and len(patterns["head_class"][0]) == 4
+        assert abs(sum(patterns["distribution"].values()) - 1) < 1e-9
+    middle = json.loads((out / "analysis/head_patterns/base.json").read_text())["middle_heads"]
+    saved = json.loads((out / "models/lkg/lkg_s0/method.json").read_text())["config"]
+    assert saved["middle_heads"] == middle and len(saved["boundary_ids"]) == 4
+    assert (out / "models/lkg/lkg_s0/tokenizer_config.json").is_file()  # the markers travel
+    robust = sorted(p.stem for p in (out / "eval/lkg/lkg_s0/nq_open").glob("*.json"))
+    assert robust == ["irr1", "n0", "n4", "vanilla"]
+    closed = json.loads((out / "eval/lkg/lkg_s0/nq_open/n0.json").read_text())
+    assert closed["n"] == 24 and closed["split"] == "n0"
+    runs, _ = mlflow_runs(workdir)
+    tuned = [r for r in runs if r.data.tags.get("zoomattn.study") == "lkg"]
+    tuned = {
+        r.data.tags["zoomattn.run"]: r
+        for r in tuned
+        if r.data.tags.get("zoomattn.stage") == "finetune"
+    }
+    assert set(tuned) == {"lkg/qlora_s0", "lkg/lkg_s0", "lkg/lkg_no_lpr_s0"}
+    full = tuned["lkg/lkg_s0"].data.metrics
+    assert full["relevance_loss"] > 0 and full["confidence_loss"] > 0
+    assert "relevance_loss" not in tuned["lkg/lkg_no_lpr_s0"].data.metrics  # no estimator to train

@@ -17,6 +17,7 @@ WORLD = f"{OUT}/data/world"
 BASE = f"{OUT}/models/base"
 RECT = grid.rect_cfg(CFG)  # the rectification study's block (None: not in the grid)
 MUDAF = grid.study_cfg(CFG, grid.MUDAF)  # the MuDAF study's block (None: not in the grid)
+LKG = grid.study_cfg(CFG, grid.LKG)  # the LKG-RALM study's block (None: not in the grid)
 STUDIES = grid.studies(CFG)  # the side studies in the grid
 STUDY_BENCHMARKS = [b for s in STUDIES for b in CFG[s]["benchmarks"]]
 BASES = grid.base_models(CFG)  # base id -> base_model config
@@ -40,7 +41,8 @@ wildcard_constraints:
     sbenchmark=_alternatives(STUDY_BENCHMARKS or ["none"]),
     study=_alternatives(STUDIES or ["none"]),
     placement="vanilla|reverse",
-    split=r"r[0-9.]+|vanilla|reverse",
+    ssplit=r"vanilla|reverse|n\d+|irr[0-9.]+",  # a side study's eval set (LKG: robustness sets)
+    split=r"r[0-9.]+|vanilla|reverse|n\d+|irr[0-9.]+",
     noise=r"[0-9.]+",
 
 
@@ -72,9 +74,12 @@ def eval_data_spec(benchmark, noise):
             "data": {**world_spec()["data"], "n_eval": CFG["data"]["n_eval"]}}
 
 
-def study_data_spec(study, placement, benchmark=None):
+def study_data_spec(study, split, benchmark=None):
     """A side study's train (benchmark None) or eval set: the examples do not depend on the
-    placement, only their layout does."""
+    placement, only their layout does. An LKG robustness split (``n<k>``, ``irr<share>``) sets
+    the number of passages and their irrelevant share."""
+    robust = grid.robustness_set(CFG, split) if split not in ("vanilla", "reverse") else {}
+    placement = "vanilla" if robust else split
     base = {**world_spec(), "data": {**world_spec()["data"], "n_eval": CFG["data"]["n_eval"]}} \
         if SYNTHETIC else {"preset": PRESET, "world_seed": CFG["world_seed"],
                            "code": code_hash("sources"), "data": {"n_eval": CFG["data"]["n_eval"]}}
@@ -84,7 +89,7 @@ def study_data_spec(study, placement, benchmark=None):
         spec["distractors"] = block["distractors"]
     if benchmark is None:
         return {**spec, "train": block["train"]}
-    return {**spec, "benchmark": benchmark, "spec": block["benchmarks"][benchmark]}
+    return {**spec, **robust, "benchmark": benchmark, "spec": block["benchmarks"][benchmark]}
 
 
 def world_input(wildcards):
@@ -130,6 +135,8 @@ def finetune_input(wildcards):
         inputs["margin"] = margin_file(m.base)
     if m.method == "mudaf" and m.values.get("heads", 0) > 0:  # the heads its contrastive loss trains
         inputs["heads"] = selection_file(m.id)
+    if m.method == "lkg":  # the fusion runs on the base's middle-focused heads
+        inputs["patterns"] = patterns_file(m.base)
     return inputs
 
 
@@ -143,7 +150,7 @@ def eval_spec(model, benchmark, split):
     if study == "opamp":
         out["noise_ratio"] = float(split[1:])
     else:
-        out.update(study=study, placement=split)
+        out.update(study=study, placement=split if split in ("vanilla", "reverse") else "vanilla")
     if study == grid.RECT:
         out["answer_gap_examples"] = RECT["answer_gap_examples"]
     return out
@@ -193,8 +200,10 @@ MUDAF_REPORT = f"{OUT}/report/mudaf"
 REPORTS = [REPORT] + ([RECT_REPORT] if RECT else []) + ([MUDAF_REPORT] if MUDAF else [])
 
 
-# ---- MuDAF's head analyses (GRID.md §3): every model of the grid, and the head selection ----
 ALL_MODELS = [*BASES, *TRAINED]
+
+
+# ---- MuDAF's head analyses (GRID.md §3): every model of the grid, and the head selection ----
 MUDAF_BASE = grid.study_base(CFG, grid.MUDAF) if MUDAF else None
 MASKED_MODELS = ([] if not MUDAF else
                  [MUDAF_BASE] if MUDAF["masking"].get("models", "all") == "base" else ALL_MODELS)
@@ -235,3 +244,35 @@ def selection_spec(model):
     m = TRAINED[model]
     return {"preset": PRESET, "model": model, "seed": m.seed, "method_config": m.values,
             "code": code_hash("select", m.method)}
+
+
+# ---- LKG-RALM (GRID.md §4): head patterns of every model, its evaluations and report ----
+LKG_BASE = grid.study_base(CFG, grid.LKG) if LKG else None
+LKG_EVAL_FILES = [f"{OUT}/eval/{m}/{b}/{s}.json" for m, b, s in EVALUATIONS
+                  if LKG and b in LKG["benchmarks"]]
+LKG_REPORT = f"{OUT}/report/lkg"
+LKG_MODELS = [m for m, t in TRAINED.items() if t.study == grid.LKG]
+if LKG:
+    REPORTS.append(LKG_REPORT)
+
+
+def patterns_file(model):
+    return f"{OUT}/analysis/head_patterns/{model}.json"
+
+
+def patterns_split():
+    return f"{OUT}/data/eval/{LKG['head_patterns']['benchmark']}/vanilla"
+
+
+def head_patterns_spec(model):
+    return {"preset": PRESET, "model": model, "head_patterns": LKG["head_patterns"],
+            "quantization": CFG["finetune"]["quantization"],
+            "code": code_hash("evaluate", model_method(model))}
+
+
+def lkg_report_spec():
+    return {"preset": PRESET, "lkg": LKG, "base": LKG_BASE, "seeds": CFG["seeds"],
+            "cells": {m: {"run": TRAINED[m].run, "method": TRAINED[m].method,
+                          "values": TRAINED[m].values, "seed": TRAINED[m].seed}
+                      for m in LKG_MODELS},
+            "code": code_hash("report")}

@@ -85,10 +85,10 @@ if STUDIES:
         input:
             unpack(world_input),
         output:
-            directory(f"{OUT}/data/eval/{{sbenchmark}}/{{placement}}"),
+            directory(f"{OUT}/data/eval/{{sbenchmark}}/{{ssplit}}"),
         params:
             spec=lambda w: as_json(
-                study_data_spec(grid.study_of_benchmark(CFG, w.sbenchmark), w.placement, w.sbenchmark)
+                study_data_spec(grid.study_of_benchmark(CFG, w.sbenchmark), w.ssplit, w.sbenchmark)
             ),
             world=world_arg,
         threads: threads(CFG, "data")
@@ -96,7 +96,7 @@ if STUDIES:
             **rule_resources(CFG, "data"),
         retries: retries(CFG, "data")
         log:
-            f"{OUT}/logs/data/eval_{{sbenchmark}}_{{placement}}.log",
+            f"{OUT}/logs/data/eval_{{sbenchmark}}_{{ssplit}}.log",
         conda:
             "../../envs/data.yaml"
         shell:

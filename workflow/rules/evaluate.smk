@@ -115,3 +115,28 @@ if MUDAF:
             "python -m zoomattn head-masking --spec {params.spec:q} --results {RESULTS}"
             " --model-dir {input.model} --base-dir {input.base} --split-dir {input.split}"
             " --scores {input.scores} --out {output} --threads {threads} > {log} 2>&1"
+
+
+if LKG:
+
+    rule head_patterns:  # LKG-RALM Fig. 2: every head edge / uniform / middle-focused (App. D)
+        input:
+            model=lambda w: model_dir(w.model),
+            base=lambda w: model_dir(model_base(w.model)),
+            split=patterns_split(),
+        output:
+            patterns_file("{model}"),
+        params:
+            spec=lambda w: as_json(head_patterns_spec(w.model)),
+        threads: threads(CFG, "evaluate")
+        resources:
+            **rule_resources(CFG, "evaluate"),
+        retries: retries(CFG, "evaluate")
+        log:
+            f"{OUT}/logs/analysis/head_patterns/{{model}}.log",
+        conda:
+            "../../envs/train.yaml"
+        shell:
+            "python -m zoomattn head-patterns --spec {params.spec:q} --results {RESULTS}"
+            " --model-dir {input.model} --base-dir {input.base} --split-dir {input.split}"
+            " --out {output} --threads {threads} > {log} 2>&1"

@@ -52,6 +52,7 @@ rule finetune:
         ckpt=lambda w: f"{OUT}/checkpoints/{w.trained}",
         margin=lambda w, input: f"--margin {input.margin}" if "margin" in input.keys() else "",
         heads=lambda w, input: f"--heads {input.heads}" if "heads" in input.keys() else "",
+        patterns=lambda w, input: f"--patterns {input.patterns}" if "patterns" in input.keys() else "",
     priority: 10  # the critical path: start every fine-tune before the short evaluation jobs
     threads: threads(CFG, "finetune")
     resources:
@@ -64,7 +65,7 @@ rule finetune:
     shell:
         "python -m zoomattn finetune --spec {params.spec:q} --results {RESULTS}"
         " --data-dir {input.data} --base-dir {input.base} --out {output} --ckpt {params.ckpt}"
-        " {params.margin} {params.heads} --threads {threads} > {log} 2>&1"
+        " {params.margin} {params.heads} {params.patterns} --threads {threads} > {log} 2>&1"
 
 
 if MUDAF:

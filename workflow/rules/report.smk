@@ -74,3 +74,25 @@ if MUDAF:
             " --eval-files {input.evals} --heads-files {input.heads}"
             " --masking-files {input.masking} --selection-files {input.selections} --out {output}"
             " > {log} 2>&1"
+
+
+if LKG:
+
+    rule lkg_report:
+        input:
+            evals=LKG_EVAL_FILES,
+            patterns=[patterns_file(m) for m in ALL_MODELS],
+            models=[model_dir(m) for m in LKG_MODELS],
+        output:
+            directory(LKG_REPORT),
+        params:
+            spec=lambda w: as_json(lkg_report_spec()),
+            train=[f"{model_dir(m)}/metrics.json" for m in LKG_MODELS],
+        log:
+            f"{OUT}/logs/report_lkg.log",
+        conda:
+            "../../envs/report.yaml"
+        shell:
+            "python -m zoomattn lkg-report --spec {params.spec:q} --results {RESULTS}"
+            " --eval-files {input.evals} --patterns-files {input.patterns}"
+            " --train-files {params.train} --out {output} > {log} 2>&1"

@@ -9,12 +9,13 @@ from zoomattn.stages.analysis import (
     attention,
     evaluate,
     head_masking,
+    head_patterns,
     retrieval_heads,
     score_margin,
 )
 from zoomattn.stages.data import eval_data, train_data, world
 from zoomattn.stages.models import base_model, finetune, pretrain, select_heads
-from zoomattn.stages.reports import mudaf_report, rect_report, report
+from zoomattn.stages.reports import lkg_report, mudaf_report, rect_report, report
 
 __all__ = [
     "attention",
@@ -23,6 +24,8 @@ __all__ = [
     "evaluate",
     "finetune",
     "head_masking",
+    "head_patterns",
+    "lkg_report",
     "mudaf_report",
     "pretrain",
     "rect_report",
