@@ -43,20 +43,22 @@ def test_dry_run_lists_every_job_with_gpus_for_training_and_evaluation(tmp_path,
     if rect:  # paper: LoRA, 5 ξ and 3 g variants, each trained and tested at both placements
         n_rect = (1 + len(rect["methods"]["rectify"]["xi"]) + 3) * 2
         assert len(jobs["base_model"]) == 2  # the OpAmp base and the rectification Instruct model
+    lkg = cfg.get("lkg")
+    n_lkg = len(lkg["methods"]) if lkg else 0  # paper: LoRA, the full method, four ablations
     mudaf = cfg.get("mudaf")
     n_mudaf = 0
     if mudaf:  # paper: n = 0 (SFT) and 6 head counts, and MuDAF-weak; the preset's base
         n_mudaf = len(mudaf["methods"]["mudaf"]["heads"]) + 1
+    # the two bases and every fine-tuned model: each goes through the studies' head analyses
+    n_models = 2 + n_runs + n_rect + n_mudaf + n_lkg
+    if mudaf:
         assert len(jobs["select_heads"]) == n_mudaf - 1  # n = 0 selects no head
-        n_models = 2 + n_runs + n_rect + n_mudaf  # the two bases and every fine-tuned model
         assert len(jobs["retrieval_heads"]) == n_models and len(jobs["head_masking"]) == 1
-    lkg = cfg.get("lkg")
-    n_lkg = len(lkg["methods"]) if lkg else 0  # paper: LoRA, the full method, four ablations
     n_robust = 0
     if lkg:
         rob = lkg["robustness"]
         n_robust = len(rob["passages"]) + len(rob["irrelevant"]["shares"])
-        assert len(jobs["head_patterns"]) == n_models + n_lkg and len(jobs["lkg_report"]) == 1
+        assert len(jobs["head_patterns"]) == n_models and len(jobs["lkg_report"]) == 1
     n_study_sets = (2 * len(rect["benchmarks"]) if rect else 0) + (
         len(mudaf["benchmarks"]) if mudaf else 0
     )
