@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from zoomattn.attention.math import additive_mask, repeat_kv, sdpa
+from zoomattn.attention.math import additive_mask, last_row_scores, sdpa
 
 OTHER, QUESTION, TAIL = -1, -2, -3
 
@@ -205,8 +205,7 @@ def relevance_last_row(
     the matrix; masked scores are clamped to finfo.min, as in ``math.attention_probs``, so even
     a fully masked row stays finite."""
     n_heads, n_keys = q.shape[1], k.shape[2]
-    scaling = q.shape[-1] ** -0.5 if scaling is None else scaling
-    scores = (q[:, :, -1:] @ repeat_kv(k, n_heads).transpose(-1, -2))[:, :, 0] * scaling
+    scores = last_row_scores(q, k, None, scaling)  # unmasked: the masks are added below
     row_mask = None if mask is None else mask[:, :, -1:, :]
     plain = scores + additive_mask(row_mask, 1, n_keys, scores.dtype, scores.device)[:, :, 0]
     fused = _heads(heads, n_heads)

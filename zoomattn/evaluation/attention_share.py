@@ -51,13 +51,19 @@ def document_spans(tok, record: dict) -> tuple[list[int], list[tuple[int, int]]]
 
 
 @torch.no_grad()
+def last_rows(model, ids: list[int], dtype=torch.float64) -> torch.Tensor:
+    """Every layer's attention row of the last prompt token: ``[layers, heads, S]`` in ``dtype``
+    (one row per head, never the matrix)."""
+    with recording_last_row(model) as layers:
+        model(input_ids=torch.tensor([ids], device=model.device), use_cache=False)
+        return torch.stack([m.last_row[0] for m in layers]).to(dtype).cpu()
+
+
 def passage_attention(model, tok, record: dict, dtype=torch.float64) -> np.ndarray:
     """The last prompt token's attention summed over each document: ``[layers, heads, docs]``
     (one attention row per head, never the matrix), summed in ``dtype``."""
     ids, spans = document_spans(tok, record)
-    with recording_last_row(model) as layers:
-        model(input_ids=torch.tensor([ids], device=model.device), use_cache=False)
-        rows = torch.stack([m.last_row[0] for m in layers]).to(dtype).cpu()  # [layers, heads, S]
+    rows = last_rows(model, ids, dtype)
     return torch.stack([rows[..., a:b].sum(-1) for a, b in spans], dim=-1).numpy()
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from tqdm import tqdm
 
-from zoomattn.attention.interface import recording_last_row
+from zoomattn.evaluation.attention_share import last_rows
 from zoomattn.training.batching import encode_prompt
 
 CLASSES = ("edge", "uniform", "middle", "other")
@@ -115,14 +115,6 @@ def classify_rows(
     out = torch.where(middle_focused, CLASSES.index("middle"), out)  # later lines take precedence
     out = torch.where(uniform, CLASSES.index("uniform"), out)
     return torch.where(head + tail > EDGE_MASS, CLASSES.index("edge"), out)
-
-
-@torch.no_grad()
-def last_rows(model, ids: list[int]) -> torch.Tensor:
-    """Every layer's attention row of the last prompt token, in float64: ``[layers, heads, S]``."""
-    with recording_last_row(model) as layers:
-        model(input_ids=torch.tensor([ids], device=model.device), use_cache=False)
-        return torch.stack([m.last_row[0] for m in layers]).to(torch.float64).cpu()
 
 
 def head_patterns(model, tok, records: list[dict], examples: int) -> dict:

@@ -23,6 +23,11 @@ def encode_prompt(tok, record: Record) -> list[int]:
     return prompt_ids(tok, record)
 
 
+def scored_tokens(examples: list[dict[str, list[int]]]) -> int:
+    """Answer tokens the loss scores in a batch (the model shifts labels: position 0 never is)."""
+    return sum(sum(label != IGNORE for label in e["labels"][1:]) for e in examples)
+
+
 def pad_batch(
     examples: list[dict[str, list[int]]], pad_id: int, device=None
 ) -> dict[str, torch.Tensor]:

@@ -25,7 +25,7 @@ from zoomattn.modeling.loading import (
     load_tokenizer,
     save_finetuned,
 )
-from zoomattn.training.batching import IGNORE, encode_example, pad_batch
+from zoomattn.training.batching import encode_example, pad_batch, scored_tokens
 from zoomattn.training.checkpoint import Checkpointer
 
 log = logging.getLogger(__name__)
@@ -85,8 +85,7 @@ def backward_batch(
         loss = model(**pad_batch(examples, pad_id, model.device)).loss
         (loss if scale == 1.0 else loss * scale).backward()
         return loss.item()
-    # labels are shifted inside the model: position 0 is never scored
-    n_scored = sum(sum(label != IGNORE for label in e["labels"][1:]) for e in examples)
+    n_scored = scored_tokens(examples)
     total = 0.0
     for i in range(0, len(examples), micro_batch_size):
         batch = pad_batch(examples[i : i + micro_batch_size], pad_id, model.device)

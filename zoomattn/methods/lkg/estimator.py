@@ -53,6 +53,16 @@ class PassageEstimator(nn.Module):
         return self.relevance(a_p, a_q), self.confidence(a_p, a_q)
 
 
+def _masked_entropy(weights: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Entropy over the last dim of ``weights`` renormalised over the ``keep`` entries (0·log 0 =
+    0, with no NaN gradient; nothing kept gives 0)."""
+    w = weights.masked_fill(~keep, 0.0)
+    w = w / w.sum(-1, keepdim=True).clamp_min(torch.finfo(w.dtype).tiny)
+    positive = w > 0
+    safe = torch.where(positive, w, torch.ones_like(w))
+    return -(safe * safe.log()).masked_fill(~positive, 0.0).sum(-1)
+
+
 def passage_entropy(probs: torch.Tensor, in_passage: torch.Tensor) -> torch.Tensor:
     """H_i of paper eq. 4 ``[B, P]``: entropy of each ``[e_i]`` row's attention over its passage's
     tokens, K = 1/log n_i (so H_i ∈ [0, 1]; n_i = 1 gives 0), mean over heads.
@@ -62,11 +72,7 @@ def passage_entropy(probs: torch.Tensor, in_passage: torch.Tensor) -> torch.Tens
     anyway, so the entropy is of a distribution whatever mask produced the row.
     """
     inside = in_passage[:, None].expand_as(probs)
-    w = probs.float().masked_fill(~inside, 0.0)
-    w = w / w.sum(-1, keepdim=True).clamp_min(torch.finfo(w.dtype).tiny)
-    positive = w > 0
-    safe = torch.where(positive, w, torch.ones_like(w))  # 0·log 0 = 0, with no NaN gradient
-    entropy = -(safe * safe.log()).masked_fill(~positive, 0.0).sum(-1)  # [B, H, P]
+    entropy = _masked_entropy(probs.float(), inside)  # [B, H, P]
     n = in_passage.sum(-1).float()  # [B, P]
     norm = torch.where(n > 1, n.clamp_min(2).log(), torch.ones_like(n))
     return torch.where(n > 1, entropy.mean(1) / norm, torch.zeros_like(n))
@@ -118,11 +124,7 @@ def aux_losses(
     agreement = agreement.to(c.dtype)[:, None, :].expand_as(c)
     relevance = F.binary_cross_entropy(r, labels.masked_fill(~keep, 0.0), reduction="none")
     confidence = F.binary_cross_entropy(c, agreement.masked_fill(~keep, 0.0), reduction="none")
-    weights = alpha_last.masked_fill(~valid, 0.0)
-    p = weights / weights.sum(-1, keepdim=True).clamp_min(torch.finfo(weights.dtype).tiny)
-    positive = p > 0
-    safe = torch.where(positive, p, torch.ones_like(p))
-    entropy = -(safe * safe.log()).masked_fill(~positive, 0.0).sum(-1)  # [B]
+    entropy = _masked_entropy(alpha_last, valid)  # [B]
     rows = valid.sum(-1) >= 2
     return {
         "relevance": _masked_mean(relevance, keep),

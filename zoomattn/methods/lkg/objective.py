@@ -15,7 +15,7 @@ from zoomattn.methods.lkg.config import LkgConfig
 from zoomattn.methods.lkg.estimator import aux_losses
 from zoomattn.methods.lkg.model import LkgState, lkg_module, passage_terms
 from zoomattn.methods.lkg.rankers import RANKERS, agreement
-from zoomattn.training.batching import IGNORE, pad_batch
+from zoomattn.training.batching import pad_batch, scored_tokens
 
 AUX = ("relevance", "confidence", "diversity")
 
@@ -77,7 +77,7 @@ class LkgObjective:
         micro-batch, weighted by its share of the batch's rows."""
         state = lkg_module(model).state
         n = len(examples)
-        n_scored = sum(sum(label != IGNORE for label in e["labels"][1:]) for e in examples)
+        n_scored = scored_tokens(examples)
         qa, aux, hits, rows = 0.0, dict.fromkeys(AUX, 0.0), 0, 0
         for i in range(0, n, micro):
             chunk, recs = examples[i : i + micro], records[i : i + micro]
