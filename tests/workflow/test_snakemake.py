@@ -380,3 +380,14 @@ def test_lkg_part_classifies_every_models_heads_and_fuses_on_the_bases_middle_he
     full = tuned["lkg/lkg_s0"].data.metrics
     assert full["relevance_loss"] > 0 and full["confidence_loss"] > 0
     assert "relevance_loss" not in tuned["lkg/lkg_no_lpr_s0"].data.metrics  # no estimator to train
+
+
+def test_changing_one_lkg_ablation_reruns_only_that_models_jobs_and_the_reports(workdir, tmp_path):
+    override = tmp_path / "lkg.yaml"
+    raw = yaml.safe_load((workdir / "config.yaml").read_text())
+    raw["presets"]["smoke"]["lkg"]["methods"]["lkg_no_lpr"]["alpha_init"] = 0.5
+    override.write_text(yaml.safe_dump(raw))
+    jobs = planned_jobs(workdir, "--configfile", str(override))
+    assert sorted({r for r, _ in jobs}) == sorted([*ANALYSES, "retrieval_heads"])
+    touched = {w.get("trained") or w.get("model") for r, w in jobs if w}
+    assert touched == {"lkg/lkg_no_lpr_s0"}

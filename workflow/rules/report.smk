@@ -32,7 +32,7 @@ if RECT:
                                     "cells": {m: {"run": t.run, "method": t.method,
                                                   "values": t.values, "placement": t.placement,
                                                   "seed": t.seed}
-                                              for m, t in TRAINED.items() if t.study != "opamp"},
+                                              for m, t in TRAINED.items() if t.study == grid.RECT},
                                     "base": grid.rect_base(CFG), "seeds": CFG["seeds"],
                                     "code": code_hash("report")}),
         log:
