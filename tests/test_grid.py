@@ -1,9 +1,10 @@
 import copy
 
+import pytest
 import yaml
 
 from zoomattn import grid
-from zoomattn.config import ROOT, load_config
+from zoomattn.config import ROOT, ConfigError, load_config
 
 RAW = yaml.safe_load((ROOT / "config.yaml").read_text())
 
@@ -56,9 +57,50 @@ def test_every_mudaf_model_and_the_base_are_evaluated_on_every_mudaf_benchmark()
 def test_a_study_set_to_null_leaves_the_grid():
     raw = copy.deepcopy(RAW)
     raw["mudaf"] = None
+    raw["leaderboard"]["methods"].pop("mudaf")  # it reuses the MuDAF study's head scores
     cfg = load_config(raw)
-    assert grid.studies(cfg) == ["rectification", "lkg"]
+    assert grid.studies(cfg) == ["rectification", "lkg", "leaderboard"]
     assert not any(m.startswith("mudaf/") for m in grid.trained_models(cfg))
+
+
+def test_a_leaderboard_entry_needs_the_study_whose_analyses_it_reuses():
+    raw = copy.deepcopy(RAW)
+    raw["lkg"] = None
+    with pytest.raises(ConfigError, match=r"leaderboard\.methods\.lkg: lkg needs the lkg study"):
+        load_config(raw)
+
+
+def test_leaderboard_cells_run_the_leaderboard_seeds_on_its_noise_axis():
+    cfg = _cfg()
+    board = cfg["leaderboard"]
+    models = [m for m in grid.trained_models(cfg).values() if m.study == "leaderboard"]
+    assert {m.seed for m in models} == set(board["seeds"]) and len(board["seeds"]) >= 3
+    assert len(models) == len(board["methods"]) * len(board["seeds"])
+    assert {m.seed for m in grid.trained_models(cfg).values() if m.study == "lkg"} == set(
+        cfg["seeds"]
+    )
+    sft = grid.trained_models(cfg)["leaderboard/sft_s1"]
+    assert (sft.method, sft.values, sft.finetune) == ("mudaf", {"heads": 0}, {"lr": 3.0e-4})
+    splits = {(b, s) for m, b, s in grid.evaluations(cfg) if m == "leaderboard/lkg_s2"}
+    assert splits == {(b, f"r{r:g}") for b in board["benchmarks"] for r in [0.0, 0.5, 0.8, 0.9]}
+
+
+def test_a_leaderboard_entry_may_not_change_the_training_budget():
+    raw = copy.deepcopy(RAW)
+    raw["leaderboard"]["methods"]["sft"]["finetune"] = {"lr": 1e-4, "steps": 500}
+    with pytest.raises(ConfigError, match=r"methods\.sft\.finetune: only lr.*steps"):
+        load_config(raw)
+
+
+def test_a_leaderboard_entry_is_one_setting_and_its_baseline_an_entry():
+    raw = copy.deepcopy(RAW)
+    raw["leaderboard"]["methods"]["opamp"]["K"] = [5, 10]
+    with pytest.raises(ConfigError, match=r"methods\.opamp: a leaderboard entry is one setting"):
+        load_config(raw)
+    raw = copy.deepcopy(RAW)
+    raw["leaderboard"]["baseline"] = "lora"
+    with pytest.raises(ConfigError, match=r"leaderboard\.baseline: 'lora' is not an entry"):
+        load_config(raw)
 
 
 def test_lkg_robustness_sets_are_evaluated_for_the_listed_entries_only():

@@ -16,7 +16,7 @@ import jsonschema
 import yaml
 
 from zoomattn.cluster import with_defaults
-from zoomattn.grid import LKG, STUDIES, placements, study_entries
+from zoomattn.grid import LEADERBOARD, LKG, MUDAF, RECT, STUDIES, placements, study_entries
 from zoomattn.methods import METHODS, cells, method_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,8 +86,8 @@ def _check_study(cfg: dict, study: str) -> None:
     block = cfg[study]
     where = f"config.{study}"
     entries = study_entries(cfg, study)
-    _check_methods({e: values for e, (values, _) in entries.items()}, f"{where}.methods")
-    for entry, (_, entry_placements) in entries.items():
+    _check_methods({e: values for e, (values, *_) in entries.items()}, f"{where}.methods")
+    for entry, (_, entry_placements, _) in entries.items():
         if not set(entry_placements) <= set(placements(block)):
             raise ConfigError(
                 f"{where}.methods.{entry}.placements: {entry_placements} is not a subset of the "
@@ -110,7 +110,7 @@ def _check_study(cfg: dict, study: str) -> None:
             f"{where}.train: a pretrained-here base trains on n_train/mix (the synthetic world), "
             "a hub base on dataset builders"
         )
-    if is_synthetic(cfg) and "distractors" not in block:
+    if is_synthetic(cfg) and "distractors" not in block and study != LEADERBOARD:
         raise ConfigError(
             f"{where}.distractors: the synthetic world's sets need a number of hard distractors"
         )
@@ -129,6 +129,43 @@ def _check_study(cfg: dict, study: str) -> None:
             )
     if study == LKG and block.get("robustness"):
         _check_robustness(cfg, block, entries, where)
+    if study == LEADERBOARD:
+        _check_leaderboard(cfg, entries, where)
+
+
+def _check_leaderboard(cfg: dict, entries: dict, where: str) -> None:
+    """A leaderboard entry reuses the analyses of its method's own study: MuDAF's heads come from
+    the MuDAF study's retrieval-head scores of the base, LKG-RALM's fused heads from the LKG-RALM
+    study's head patterns, ξ auto from the rectification study's score margin."""
+    if cfg[LEADERBOARD]["baseline"] not in entries:
+        raise ConfigError(
+            f"{where}.baseline: {cfg[LEADERBOARD]['baseline']!r} is not an entry of "
+            f"{where}.methods ({', '.join(entries)})"
+        )
+    needs = {"mudaf": MUDAF, "lkg": LKG}
+    for entry, (values, _, finetune) in entries.items():
+        if set(finetune) - {"lr"}:
+            raise ConfigError(
+                f"{where}.methods.{entry}.finetune: only lr may differ per entry; the budget "
+                f"({', '.join(sorted(set(finetune) - {'lr'}))}) is the study's, one for all"
+            )
+        runs = cells({entry: values})
+        if len(runs) > 1:
+            raise ConfigError(
+                f"{where}.methods.{entry}: a leaderboard entry is one setting, not a sweep "
+                f"({len(runs)} cells)"
+            )
+        for run, (method, cell_values) in runs.items():
+            study = needs.get(method)
+            if method == "mudaf" and not cell_values.get("heads"):
+                study = None  # Vanilla SFT: no heads to select
+            if cell_values.get("xi") == "auto":
+                study = RECT
+            if study and not cfg.get(study):
+                raise ConfigError(
+                    f"{where}.methods.{entry}: {run} needs the {study} study in the grid "
+                    f"(config.{study} is null)"
+                )
 
 
 def _check_robustness(cfg: dict, block: dict, entries: dict, where: str) -> None:

@@ -22,7 +22,8 @@ from zoomattn.methods import cells
 RECT = "rectification"
 MUDAF = "mudaf"
 LKG = "lkg"
-STUDIES = (RECT, MUDAF, LKG)  # the config blocks beside the OpAmp grid, in report order
+LEADERBOARD = "leaderboard"  # the cross-method comparison (GRID.md §5): a study of its own
+STUDIES = (RECT, MUDAF, LKG, LEADERBOARD)  # the config blocks beside the OpAmp grid, report order
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Model:
     seed: int | None = None
     placement: str | None = None  # a study's query placement of train and test data
     entry: str | None = None  # the study's ``methods:`` entry the cell comes from
+    finetune: dict = field(default_factory=dict)  # the entry's own fine-tuning settings (lr)
 
     @property
     def train_data(self) -> str:
@@ -83,8 +85,9 @@ def total_heads(cfg: dict) -> int | None:
     return m["layers"] * m["heads"] if m.get("source") == "pretrain" else None
 
 
-def study_entries(cfg: dict, study: str) -> dict[str, tuple[dict, list[str]]]:
-    """Entry -> (its method values, its placements: its own ``placements`` or the study's).
+def study_entries(cfg: dict, study: str) -> dict[str, tuple[dict, list[str], dict]]:
+    """Entry -> (its method values, its placements: its own ``placements`` or the study's, its
+    ``finetune`` settings over the study's: a full fine-tune's smaller lr in the leaderboard).
 
     MuDAF head counts above the model's head count are clipped to it, and a count that clipping
     repeats is dropped: the grid trains each distinct selection once (``clipped_heads``)."""
@@ -93,12 +96,13 @@ def study_entries(cfg: dict, study: str) -> dict[str, tuple[dict, list[str]]]:
     for entry, values in block["methods"].items():
         values = dict(values or {})
         entry_placements = values.pop("placements", placements(block))
+        entry_finetune = values.pop("finetune", {})
         total = total_heads(cfg) if study == MUDAF else None
         if total and isinstance(values.get("heads"), list):
             values["heads"] = list(dict.fromkeys(min(n, total) for n in values["heads"]))
         elif total and isinstance(values.get("heads"), int):
             values["heads"] = min(values["heads"], total)
-        out[entry] = (values, entry_placements)
+        out[entry] = (values, entry_placements, entry_finetune)
     return out
 
 
@@ -114,6 +118,11 @@ def clipped_heads(cfg: dict) -> dict[int, int]:
     return {n: total for n in asked if n > total}
 
 
+def study_seeds(cfg: dict, study: str) -> list[int]:
+    """A study's fine-tuning seeds: its own ``seeds`` (the leaderboard's), else the grid's."""
+    return (study_cfg(cfg, study) or {}).get("seeds") or cfg["seeds"]
+
+
 def trained_models(cfg: dict) -> dict[str, Model]:
     out = {}
     for run, (method, values) in cells(cfg["methods"]).items():
@@ -122,15 +131,15 @@ def trained_models(cfg: dict) -> dict[str, Model]:
             out[m.id] = m
     for study in studies(cfg):
         axis = "placements" in cfg[study]
-        for entry, (values, entry_placements) in study_entries(cfg, study).items():
+        for entry, (values, entry_placements, ft) in study_entries(cfg, study).items():
             for run, (method, cell_values) in cells({entry: values}).items():
                 for placement in entry_placements:
-                    for seed in cfg["seeds"]:
+                    for seed in study_seeds(cfg, study):
                         name = f"{run}-{placement}" if axis else run
                         mid = f"{study}/{name}_s{seed}"
                         base = study_base(cfg, study)
                         out[mid] = Model(
-                            mid, study, base, method, cell_values, run, seed, placement, entry
+                            mid, study, base, method, cell_values, run, seed, placement, entry, ft
                         )
     return out
 
@@ -144,8 +153,11 @@ def opamp_splits(cfg: dict) -> list[tuple[str, str]]:
 
 
 def study_splits(cfg: dict, study: str) -> list[tuple[str, str]]:
-    """(benchmark, placement) eval sets of a side study."""
+    """(benchmark, placement) eval sets of a side study; the leaderboard's are (benchmark,
+    ``r<noise ratio>``): its common suite at every ratio of its noise axis."""
     block = cfg[study]
+    if study == LEADERBOARD:
+        return [(b, f"r{r:g}") for b in block["benchmarks"] for r in block["noise_ratios"]]
     return [(b, p) for b in block["benchmarks"] for p in placements(block)]
 
 
@@ -177,6 +189,8 @@ def evaluations(cfg: dict) -> list[tuple[str, str, str]]:
     for m in trained_models(cfg).values():
         if m.study == "opamp":
             out += [(m.id, b, s) for b, s in opamp_splits(cfg)]
+        elif m.study == LEADERBOARD:
+            out += [(m.id, b, s) for b, s in study_splits(cfg, LEADERBOARD)]
         else:
             out += [(m.id, b, m.placement) for b in cfg[m.study]["benchmarks"]]
         if m.study == LKG and m.entry in robust_entries:
@@ -189,3 +203,57 @@ def study_of_benchmark(cfg: dict, benchmark: str) -> str:
         if benchmark in cfg[study]["benchmarks"]:
             return study
     return "opamp"
+
+
+def cross_report_spec(cfg: dict) -> dict:
+    """What the cross-method report reads of the config: the leaderboard's cells and settings,
+    and every study's cells and blocks (the fidelity table, the diagnostics)."""
+    block = study_cfg(cfg, LEADERBOARD) or {}
+    trained = trained_models(cfg)
+    cells = {
+        m.id: {
+            "study": m.study,
+            "run": m.run,
+            "entry": m.entry,
+            "method": m.method,
+            "values": m.values,
+            "seed": m.seed,
+            "placement": m.placement,
+        }
+        for m in trained.values()
+    }
+    return {
+        "preset": cfg["preset"],
+        "seeds": study_seeds(cfg, LEADERBOARD),
+        "grid_seeds": cfg["seeds"],
+        "leaderboard": {
+            "cells": {k: v for k, v in cells.items() if v["study"] == LEADERBOARD},
+            "benchmarks": block.get("benchmarks", {}),
+            "noise_ratios": block.get("noise_ratios", []),
+            "baseline": block.get("baseline"),
+        },
+        "benchmarks": cfg["benchmarks"],
+        "studies": {s: cfg[s] for s in studies(cfg) if s != LEADERBOARD},
+        "cells": cells,
+        "bases": {s: study_base(cfg, s) for s in ["opamp", *studies(cfg)]},
+    }
+
+
+def cross_report_inputs(cfg: dict, out: str) -> dict[str, list[str]]:
+    """The files the cross-method report reads, under the preset's output directory ``out``:
+    every evaluation of the grid, the golden share of the OpAmp and leaderboard models, and the
+    retrieval-head scores and head patterns of every model (when their studies run)."""
+    models = [*base_models(cfg), *trained_models(cfg)]
+    attention = ["base"] + [
+        m.id for m in trained_models(cfg).values() if m.study in ("opamp", LEADERBOARD)
+    ]
+    return {
+        "evals": [f"{out}/eval/{m}/{b}/{s}.json" for m, b, s in evaluations(cfg)],
+        "attention": [f"{out}/attention/{m}.json" for m in attention],
+        "heads": [f"{out}/analysis/retrieval_heads/{m}.json" for m in models]
+        if study_cfg(cfg, MUDAF)
+        else [],
+        "patterns": [f"{out}/analysis/head_patterns/{m}.json" for m in models]
+        if study_cfg(cfg, LKG)
+        else [],
+    }

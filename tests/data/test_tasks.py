@@ -206,3 +206,30 @@ def test_retrieved_examples_reject_a_share_outside_zero_one(world):
         tasks.retrieved_examples(world, "x", "single", 1, 5, 1.5, seed=0)
     with pytest.raises(ValueError, match="passages >= 0"):
         tasks.retrieved_examples(world, "x", "single", 1, -1, 0.0, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("family", "ratio", "documents"),
+    [
+        ("single", 0.0, 1),
+        ("single", 0.5, 2),
+        ("single", 0.9, 10),
+        ("multihop", 0.5, 4),
+        ("multihop", 0.9, 20),
+    ],
+)
+def test_noisy_examples_hold_the_noise_ratios_document_count(world, family, ratio, documents):
+    # GRID.md §0: round(n_golden / (1 - r)) documents in all, the golden ones among them
+    records = tasks.noisy_examples(world, "set", family, 6, ratio, seed=1)
+    golden = 2 if family == "multihop" else 1
+    assert {len(r["documents"]) for r in records} == {documents}
+    assert all(len(r["golden"]) == golden for r in records)
+    assert all(r["noise_ratio"] == pytest.approx((documents - golden) / documents) for r in records)
+
+
+def test_noisy_mix_draws_noise_ratios_below_the_maximum_and_is_seeded(world):
+    records = tasks.noisy_mix(world, {"single": 0.5, "multihop": 0.5}, 200, 0.9, seed=3)
+    assert records == tasks.noisy_mix(world, {"single": 0.5, "multihop": 0.5}, 200, 0.9, seed=3)
+    counts = Counter(len(r["documents"]) for r in records)
+    assert max(counts) <= 20 and min(counts) == 1 and len(counts) > 5
+    assert {r["family"] for r in records} == {"single", "multihop"}

@@ -39,7 +39,14 @@ def slurm_run(tmp_path_factory):
             yaml.safe_dump(
                 {
                     "cluster": {"partition": PARTITION},
-                    "presets": {"smoke": {"rectification": None, "mudaf": None, "lkg": None}},
+                    "presets": {
+                        "smoke": {
+                            "rectification": None,
+                            "mudaf": None,
+                            "lkg": None,
+                            "leaderboard": None,
+                        }
+                    },
                 }
             )
         )

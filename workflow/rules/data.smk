@@ -39,6 +39,8 @@ rule train_data:
 
 
 rule eval_data:
+    wildcard_constraints:  # an OpAmp benchmark: a leaderboard set is r<noise> too (study_eval_data)
+        benchmark=_alternatives(CFG["benchmarks"]),
     input:
         unpack(world_input),
     output:

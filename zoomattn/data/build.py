@@ -20,6 +20,8 @@ from zoomattn.data.tasks import (
     benchmark_examples,
     distractor_examples,
     distractor_mix,
+    noisy_examples,
+    noisy_mix,
     retrieved_examples,
     training_mix,
 )
@@ -137,9 +139,17 @@ def build_distractor_set(spec: dict, world_dir: Path | None, out_dir: Path) -> d
     retrieval = _retrieval_settings(spec)
     if retrieval:
         seed = derived_seed(seed, retrieval["passages"], retrieval["irrelevant"])
+    if "noise_ratio" in spec:
+        seed = derived_seed(seed, spec["noise_ratio"])
     if world_dir is not None:
         world = World.load(Path(world_dir) / "world.json")
-        if name is None:
+        if name is None and "max_noise" in spec["train"]:  # the leaderboard's: a noise range
+            t = spec["train"]
+            records = noisy_mix(world, t["mix"], t["n_train"], t["max_noise"], seed)
+        elif name is not None and "noise_ratio" in spec:  # a leaderboard set: one noise ratio
+            family, n = spec["spec"]["family"], spec["data"]["n_eval"]
+            records = noisy_examples(world, name, family, n, spec["noise_ratio"], seed)
+        elif name is None:
             t = spec["train"]
             records = distractor_mix(world, t["mix"], t["n_train"], n_distractors, placement, seed)
         else:
@@ -173,6 +183,8 @@ def build_distractor_set(spec: dict, world_dir: Path | None, out_dir: Path) -> d
         for rec in records:
             rec["placement"] = placement
     settings = {"placement": placement, "distractors": n_distractors, "seed": seed, **retrieval}
+    if "noise_ratio" in spec:
+        settings["noise_ratio"] = spec["noise_ratio"]
     return write_split(records, out_dir, {**settings, "benchmark": name} if name else settings)
 
 

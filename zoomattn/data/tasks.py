@@ -233,6 +233,42 @@ def distractor_qa(s: FactSampler, family: str, n_distractors: int) -> Record:
     raise ValueError(f"family {family!r} has no distractor protocol (single, multihop)")
 
 
+def noisy_qa(s: FactSampler, family: str, noise_ratio: float) -> Record:
+    """The leaderboard's protocol: ``distractor_qa``'s hard distractors, as many as the noise
+    ratio asks (GRID.md §0: round(n_golden/(1-r)) - n_golden)."""
+    n_golden = 2 if family == "multihop" else 1
+    return distractor_qa(s, family, noise_doc_count(noise_ratio, n_golden))
+
+
+def noisy_examples(
+    world: World, name: str, family: str, n: int, noise_ratio: float, seed: int
+) -> list[Record]:
+    """n leaderboard records of one family at one noise ratio."""
+    s = FactSampler(world, random.Random(seed))
+    out = []
+    for i in range(n):
+        rec = noisy_qa(s, family, noise_ratio)
+        rec["id"] = f"{name}-{noise_ratio:g}-{i}"
+        out.append(rec)
+    return out
+
+
+def noisy_mix(
+    world: World, mix: dict[str, float], n: int, max_noise: float, seed: int
+) -> list[Record]:
+    """The leaderboard's training set: families mixed by weight, each example's noise ratio
+    uniform in [0, max_noise)."""
+    s = FactSampler(world, random.Random(seed))
+    names, weights = zip(*mix.items(), strict=True)
+    out = []
+    for i in range(n):
+        family = s.rng.choices(names, weights)[0]
+        rec = noisy_qa(s, family, s.rng.uniform(0.0, max_noise))
+        rec["id"] = f"train-{i}"
+        out.append(rec)
+    return out
+
+
 def distractor_examples(
     world: World, name: str, family: str, n: int, n_distractors: int, placement: str, seed: int
 ) -> list[Record]:
