@@ -1,5 +1,6 @@
 # zoomattn: data -> base model -> fine-tunes (QLoRA, OpAmp K sweep; the rectification, MuDAF and
-# LKG-RALM studies) -> evaluation and attention analyses -> one report per study.
+# LKG-RALM studies; the cross-method leaderboard) -> evaluation and attention analyses -> one
+# report per study and the cross-method report.
 # Run from the repository root: `snakemake -j 2` (see README). Logic lives in the zoomattn package;
 # rules stay thin: inputs, outputs, params (the job's spec), log, resources, one call.
 
@@ -14,6 +15,7 @@ from zoomattn.tracking import ENV_CONFIG_HASH, ENV_EXPERIMENT, ENV_PARENT
 
 
 configfile: "config.yaml"
+report: "workflow/report/workflow.rst"  # `snakemake --report report.html`: every table and figure
 
 
 try:
@@ -41,6 +43,7 @@ localrules:  # light: under --profile slurm they run in the submitting process, 
     rect_report,
     mudaf_report,
     lkg_report,
+    leaderboard_report,
     select_heads,
 
 

@@ -36,6 +36,7 @@ STAGES = {
     "select-heads": ["scores", "out"],
     "mudaf-report": ["out"],
     "lkg-report": ["out"],
+    "leaderboard-report": ["out"],
 }
 THREADED = {
     "pretrain",
@@ -74,7 +75,7 @@ def run_stage(argv: list[str]) -> None:
             p.add_argument("--world-dir", type=Path, help="the synthetic world (tiny, smoke)")
         if stage in THREADED:
             p.add_argument("--threads", type=int, default=1)
-        if stage in ("report", "rect-report", "mudaf-report", "lkg-report"):
+        if stage in ("report", "rect-report", "mudaf-report", "lkg-report", "leaderboard-report"):
             p.add_argument("--eval-files", nargs="+", type=Path, required=True)
         if stage == "mudaf-report":
             p.add_argument("--heads-files", nargs="+", type=Path, required=True)
@@ -85,11 +86,23 @@ def run_stage(argv: list[str]) -> None:
             p.add_argument("--train-files", nargs="*", type=Path, default=[])
         if stage == "report":
             p.add_argument("--attention-files", nargs="+", type=Path, required=True)
+        if stage == "leaderboard-report":
+            for name in ("attention", "heads", "patterns"):
+                p.add_argument(f"--{name}-files", nargs="*", type=Path, default=[])
         if stage == "finetune":
             p.add_argument("--margin", type=Path, help="the base's score margin (xi: auto)")
             p.add_argument("--heads", type=Path, help="the selected target heads (MuDAF)")
             p.add_argument("--patterns", type=Path, help="the base's head patterns (LKG-RALM)")
     sub.add_parser("worker").add_argument("--socket", required=True, help="unix socket to serve")
+    p = sub.add_parser("regenerate", help="the cross-method report again, from the metric files")
+    p.add_argument(
+        "--config",
+        nargs="+",
+        type=Path,
+        default=[Path("config.yaml")],
+        help="config.yaml, then any --configfile overrides of the run, in order",
+    )
+    p.add_argument("--out", type=Path, required=True)
     for name in ("mlflow-start", "mlflow-end"):
         p = sub.add_parser(name)
         p.add_argument("--results", required=True, type=Path)
@@ -112,6 +125,9 @@ def run_stage(argv: list[str]) -> None:
             args["results"], args["preset"], json.load(sys.stdin), " ".join(sys.argv)
         )
         print(json.dumps({"experiment_id": exp, "run_id": run}))
+        return
+    if stage == "regenerate":
+        stages.regenerate(args["config"], args["out"])
         return
     if stage == "mlflow-end":
         tracking.end_parent(args["results"], args["run_id"], ok=not args["failed"])

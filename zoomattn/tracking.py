@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -166,6 +167,9 @@ def job_run(spec: dict, stage: str, name: str, results: str | Path) -> Iterator[
     for key in ("method", "placement", "model", "benchmark", "run"):
         if spec.get(key) is not None:
             tags[f"zoomattn.{key}"] = str(spec[key])
+    model = spec.get("model") or spec.get("run")  # a fine-tune's spec names it "run"
+    if isinstance(model, str) and re.search(r"_s\d+$", model):  # one grid cell over its seeds
+        tags["zoomattn.cell"], tags["zoomattn.seed"] = model.rsplit("_s", 1)
     if os.environ.get("SLURM_JOB_ID"):  # find the cluster job (sacct, logs) of a run
         tags["zoomattn.slurm_job_id"] = os.environ["SLURM_JOB_ID"]
     with mlflow.start_run(

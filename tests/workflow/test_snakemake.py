@@ -30,6 +30,7 @@ ANALYSES = [
     "mudaf_report",
     "head_patterns",
     "lkg_report",
+    "leaderboard_report",  # the cross-method report reads every evaluation and head analysis
 ]
 
 
@@ -127,7 +128,7 @@ def test_editing_one_methods_source_reruns_only_that_methods_jobs(workdir):
     finally:
         source.write_text(original)
     models = {w.get("model") or w["trained"] for r, w in jobs if w}
-    assert models and all(m.startswith("opamp-") for m in models)
+    assert models and all(m.startswith(("opamp-", "leaderboard/opamp_")) for m in models)
     assert {r for r, _ in jobs} == {*ANALYSES, "attention", "report", "retrieval_heads"}
 
 
@@ -138,14 +139,19 @@ def test_changing_the_world_seed_reruns_everything(workdir):
     cfg = load_config({**yaml.safe_load((workdir / "config.yaml").read_text()), "preset": "smoke"})
     jobs = planned_jobs(workdir, "world_seed=99")
     counts = {r: sum(1 for rr, _ in jobs if rr == r) for r, _ in jobs}
-    assert counts["world"] == 1 and counts["pretrain"] == 1 and counts["attention"] == 4
-    assert counts["finetune"] == len(trained_models(cfg)) == 3 + 6 + 3 + 3
+    board = 6 * 2  # the leaderboard: 6 entries x 2 seeds, evaluated at 2 noise ratios
+    assert counts["world"] == 1 and counts["pretrain"] == 1 and counts["attention"] == 4 + board
+    assert counts["finetune"] == len(trained_models(cfg)) == 3 + 6 + 3 + 3 + board
     # OpAmp 4 models x 3 splits; rectification 2 + 6; MuDAF 1 + 3; LKG 1 + 3 + 3 robustness sets
-    assert counts["evaluate"] == len(evaluations(cfg)) == 4 * 3 + 2 + 6 + 4 + 4 + 3
+    assert (
+        counts["evaluate"] == len(evaluations(cfg)) == 4 * 3 + 2 + 6 + 4 + 4 + 3 + 2 * (1 + board)
+    )
     assert counts["score_margin"] == 1 and counts["rect_report"] == 1
-    assert counts["retrieval_heads"] == counts["head_masking"] == 1 + len(trained_models(cfg))
-    assert counts["select_heads"] == 2 and counts["mudaf_report"] == 1
+    assert counts["retrieval_heads"] == 1 + len(trained_models(cfg))
+    assert counts["head_masking"] == 1 + len(trained_models(cfg)) - board  # the studies' models
+    assert counts["select_heads"] == 2 + 2 and counts["mudaf_report"] == 1
     assert counts["head_patterns"] == 1 + len(trained_models(cfg)) and counts["lkg_report"] == 1
+    assert counts["leaderboard_report"] == 1
 
 
 def test_invalid_config_stops_before_any_job_naming_the_key(workdir, tmp_path):
@@ -306,11 +312,14 @@ def test_mudaf_part_scores_every_models_heads_and_trains_the_selected_ones(workd
         assert (out / "report/mudaf" / name).stat().st_size > 0, name
     models = ["base"] + [p.parent.name + "/" + p.name for p in (out / "models").glob("*/*_s0")]
     models += [p.name for p in (out / "models").glob("*_s0")]
-    for m in models:  # every model of every study: scores and the masking experiment
+    for m in models:  # every model: scores; every model of the studies: the masking experiment
         scores = json.loads((out / f"analysis/retrieval_heads/{m}.json").read_text())
         assert len(scores["f1"]) == 2 and len(scores["f1"][0]) == 4  # smoke: 2 layers x 4 heads
-        masking = json.loads((out / f"analysis/head_masking/{m}.json").read_text())
-        assert [row["k"] for row in masking["k"]] == [1, 2]
+        masking = out / f"analysis/head_masking/{m}.json"
+        if m.startswith("leaderboard/"):
+            assert not masking.exists()
+            continue
+        assert [row["k"] for row in json.loads(masking.read_text())["k"]] == [1, 2]
     base_f1 = json.loads((out / "analysis/retrieval_heads/base.json").read_text())["f1"]
     for cell in ("mudaf-heads2_s0", "mudaf_weak_s0"):
         chosen = json.loads((out / f"analysis/selected_heads/mudaf/{cell}.json").read_text())
@@ -340,10 +349,12 @@ def test_changed_head_scores_rerun_the_selection_and_its_finetunes_only(workdir)
         scores.write_text(text)
         os.utime(scores, ns=(before.st_atime_ns, before.st_mtime_ns))
     rules = sorted({r for r, _ in jobs})
-    assert rules == sorted([*ANALYSES, "retrieval_heads", "select_heads"])
+    # the leaderboard's MuDAF entry selects its heads from the same scores (and gets a golden share)
+    assert rules == sorted([*ANALYSES, "attention", "retrieval_heads", "select_heads"])
     by_rule = {r: {w.get("trained") or w.get("model") for rr, w in jobs if rr == r} for r in rules}
-    assert by_rule["finetune"] == {"mudaf/mudaf-heads2_s0", "mudaf/mudaf_weak_s0"}
-    assert by_rule["head_masking"] == by_rule["finetune"] | {"base"}  # it masks by these scores
+    study = {"mudaf/mudaf-heads2_s0", "mudaf/mudaf_weak_s0"}
+    assert by_rule["finetune"] == study | {"leaderboard/mudaf_s0", "leaderboard/mudaf_s1"}
+    assert by_rule["head_masking"] == study | {"base"}  # it masks by these scores
 
 
 def test_lkg_part_classifies_every_models_heads_and_fuses_on_the_bases_middle_heads(workdir):
@@ -391,3 +402,134 @@ def test_changing_one_lkg_ablation_reruns_only_that_models_jobs_and_the_reports(
     assert sorted({r for r, _ in jobs}) == sorted([*ANALYSES, "retrieval_heads"])
     touched = {w.get("trained") or w.get("model") for r, w in jobs if w}
     assert touched == {"lkg/lkg_no_lpr_s0"}
+
+
+def test_leaderboard_trains_every_entry_per_seed_and_reports_tables_claims_and_diagnostics(workdir):
+    out = workdir / "results/smoke"
+    report = out / "report/leaderboard"
+    for name in ("leaderboard", "fidelity", "claims", "diagnostics"):
+        for ext in ("md", "csv", "html"):
+            assert (report / f"{name}.{ext}").stat().st_size > 0, f"{name}.{ext}"
+    for name in ("leaderboard", "diag_golden_share", "diag_answer_gap", "diag_head_patterns"):
+        assert (report / f"{name}.png").stat().st_size > 0, name
+    cfg = yaml.safe_load((workdir / "config.yaml").read_text())["presets"]["smoke"]["leaderboard"]
+    long = {(r["entry"], r["column"]): r for r in _csv(report / "leaderboard_long.csv")}
+    for entry in cfg["methods"]:
+        for r in cfg["noise_ratios"]:
+            assert long[(entry, f"single_noisy r={r:g}")]["seeds"] == "2"
+            for seed in cfg["seeds"]:
+                metrics = json.loads(
+                    (out / f"eval/leaderboard/{entry}_s{seed}/single_noisy/r{r:g}.json").read_text()
+                )
+                assert metrics["noise_ratio"] == r and metrics["answer_gap_examples"] == 8
+    data = [json.loads(x) for x in (out / "data/eval/single_noisy/r0.9/records.jsonl").open()]
+    assert {len(d["documents"]) for d in data} == {10}  # 1 golden + round(1/0.1) - 1 distractors
+    provenance = json.loads((report / "provenance.json").read_text())
+    assert provenance["preset"] == "smoke" and provenance["seeds"] == [0, 1]
+    sft = json.loads((out / "models/leaderboard/sft_s1/method.json").read_text())
+    assert sft["config"]["heads"] == 0
+
+
+def _csv(path: Path) -> list[dict]:
+    import csv
+
+    return list(csv.DictReader(path.open()))
+
+
+def test_tables_regenerate_from_the_metric_files_without_any_model(workdir, tmp_path):
+    out = workdir / "results/smoke"
+    models = out / "models"
+    hidden = tmp_path / "models-away"
+    override = tmp_path / "smoke.yaml"
+    override.write_text("preset: smoke\n")
+    models.rename(hidden)  # nothing may load a model or retrain
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "zoomattn",
+                "regenerate",
+                "--config",
+                "config.yaml",
+                str(override),
+                "--out",
+                str(tmp_path / "again"),
+            ],
+            cwd=workdir,
+            env=_env(workdir),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        hidden.rename(models)
+    assert done.returncode == 0, done.stderr
+    for name in (
+        "leaderboard.csv",
+        "leaderboard_long.csv",
+        "fidelity.csv",
+        "claims.csv",
+        "diagnostics.csv",
+    ):
+        assert (tmp_path / "again" / name).read_text() == (
+            out / "report/leaderboard" / name
+        ).read_text(), name
+
+
+def _env(workdir: Path) -> dict:
+    return {**os.environ, "PYTHONPATH": str(workdir), "OMP_NUM_THREADS": "1"}
+
+
+def test_snakemake_report_holds_every_reports_figures_and_tables_with_captions(workdir, tmp_path):
+    html = tmp_path / "report.html"
+    snakemake(workdir, "--report", str(html), *SMOKE)
+    text = html.read_text()
+    for name in (
+        "leaderboard.png",
+        "claims.html",
+        "fidelity.html",
+        "diag_head_patterns.png",
+        "table3_cmrr.png",
+        "table4_comparison.html",
+        "table2_ablations.html",
+    ):
+        assert name in text, name
+    commit = json.loads((workdir / "results/smoke/report/leaderboard/provenance.json").read_text())
+    assert "preset <strong>smoke</strong>" in text and commit["commit"] in text
+    assert "(the leaderboard" in text and "0, 1" in text
+
+
+def test_mlflow_tags_filter_one_cell_over_its_seeds(workdir):
+    runs, _ = mlflow_runs(workdir)
+    cell = [r for r in runs if r.data.tags.get("zoomattn.cell") == "leaderboard/lkg"]
+    stages = {(r.data.tags["zoomattn.stage"], r.data.tags["zoomattn.seed"]) for r in cell}
+    assert {("finetune", "0"), ("finetune", "1"), ("evaluate", "0"), ("evaluate", "1")} <= stages
+    assert all(
+        r.data.tags["zoomattn.study"] == "leaderboard"
+        for r in cell
+        if r.data.tags["zoomattn.stage"] in ("finetune", "evaluate")
+    )
+
+
+def test_changing_one_leaderboard_entry_reruns_only_its_jobs_and_the_reports(workdir, tmp_path):
+    override = tmp_path / "board.yaml"
+    raw = yaml.safe_load((workdir / "config.yaml").read_text())
+    raw["presets"]["smoke"]["leaderboard"]["methods"]["rectify"]["xi"] = 5
+    override.write_text(yaml.safe_dump(raw))
+    jobs = planned_jobs(workdir, "--configfile", str(override))
+    assert sorted({r for r, _ in jobs}) == sorted(
+        [
+            "all",
+            "evaluate",
+            "finetune",
+            "attention",
+            "head_patterns",
+            "retrieval_heads",
+            "lkg_report",
+            "mudaf_report",
+            "leaderboard_report",
+        ]
+    )
+    touched = {w.get("trained") or w.get("model") for r, w in jobs if w}
+    assert touched == {"leaderboard/rectify_s0", "leaderboard/rectify_s1"}

@@ -18,6 +18,7 @@ BASE = f"{OUT}/models/base"
 RECT = grid.rect_cfg(CFG)  # the rectification study's block (None: not in the grid)
 MUDAF = grid.study_cfg(CFG, grid.MUDAF)  # the MuDAF study's block (None: not in the grid)
 LKG = grid.study_cfg(CFG, grid.LKG)  # the LKG-RALM study's block (None: not in the grid)
+LEADERBOARD = grid.study_cfg(CFG, grid.LEADERBOARD)  # the cross-method comparison (None: off)
 STUDIES = grid.studies(CFG)  # the side studies in the grid
 STUDY_BENCHMARKS = [b for s in STUDIES for b in CFG[s]["benchmarks"]]
 BASES = grid.base_models(CFG)  # base id -> base_model config
@@ -41,7 +42,8 @@ wildcard_constraints:
     sbenchmark=_alternatives(STUDY_BENCHMARKS or ["none"]),
     study=_alternatives(STUDIES or ["none"]),
     placement="vanilla|reverse",
-    ssplit=r"vanilla|reverse|n\d+|irr[0-9.]+",  # a side study's eval set (LKG: robustness sets)
+    ssplit=r"vanilla|reverse|n\d+|irr[0-9.]+|r[0-9.]+",  # a side study's eval set (LKG: robustness
+    # sets; the leaderboard: r<noise ratio>)
     split=r"r[0-9.]+|vanilla|reverse|n\d+|irr[0-9.]+",
     noise=r"[0-9.]+",
 
@@ -78,18 +80,21 @@ def study_data_spec(study, split, benchmark=None):
     """A side study's train (benchmark None) or eval set: the examples do not depend on the
     placement, only their layout does. An LKG robustness split (``n<k>``, ``irr<share>``) sets
     the number of passages and their irrelevant share."""
-    robust = grid.robustness_set(CFG, split) if split not in ("vanilla", "reverse") else {}
-    placement = "vanilla" if robust else split
-    base = {**world_spec(), "data": {**world_spec()["data"], "n_eval": CFG["data"]["n_eval"]}} \
-        if SYNTHETIC else {"preset": PRESET, "world_seed": CFG["world_seed"],
-                           "code": code_hash("sources"), "data": {"n_eval": CFG["data"]["n_eval"]}}
+    robust = grid.robustness_set(CFG, split) if re.fullmatch(r"n\d+|irr[0-9.]+", split) else {}
+    noisy = {"noise_ratio": float(split[1:])} if re.fullmatch(r"r[0-9.]+", split) else {}
+    placement = "vanilla" if robust or noisy else split
     block = CFG[study]
+    n_eval = block.get("n_eval", CFG["data"]["n_eval"])  # the leaderboard may set its own
+    base = {**world_spec(), "data": {**world_spec()["data"], "n_eval": n_eval}} \
+        if SYNTHETIC else {"preset": PRESET, "world_seed": CFG["world_seed"],
+                           "code": code_hash("sources"), "data": {"n_eval": n_eval}}
     spec = {**base, "study": study, "placement": placement}
     if "distractors" in block:
         spec["distractors"] = block["distractors"]
     if benchmark is None:
         return {**spec, "train": block["train"]}
-    return {**spec, **robust, "benchmark": benchmark, "spec": block["benchmarks"][benchmark]}
+    return {**spec, **robust, **noisy, "benchmark": benchmark,
+            "spec": block["benchmarks"][benchmark]}
 
 
 def world_input(wildcards):
@@ -112,7 +117,8 @@ def base_model_spec(base):
 
 def finetune_spec(model):
     m = TRAINED[model]
-    ft = CFG["finetune"] if m.study == "opamp" else {**CFG["finetune"], **CFG[m.study].get("finetune", {})}
+    ft = CFG["finetune"] if m.study == "opamp" else \
+        {**CFG["finetune"], **CFG[m.study].get("finetune", {}), **m.finetune}
     spec = {"preset": PRESET, "run": model, "seed": m.seed, "method": m.method,
             "method_config": m.values, "finetune": ft, "code": code_hash("finetune", m.method)}
     if m.study != "opamp":
@@ -147,12 +153,12 @@ def eval_spec(model, benchmark, split):
            "split": split, "evaluation": CFG["evaluation"],
            "quantization": CFG["finetune"]["quantization"],
            "code": code_hash("evaluate", model_method(model))}
-    if study == "opamp":
+    if study in ("opamp", grid.LEADERBOARD):
         out["noise_ratio"] = float(split[1:])
-    else:
+    if study != "opamp":
         out.update(study=study, placement=split if split in ("vanilla", "reverse") else "vanilla")
-    if study == grid.RECT:
-        out["answer_gap_examples"] = RECT["answer_gap_examples"]
+    if study in (grid.RECT, grid.LEADERBOARD):
+        out["answer_gap_examples"] = CFG[study]["answer_gap_examples"]
     return out
 
 
@@ -205,8 +211,9 @@ ALL_MODELS = [*BASES, *TRAINED]
 
 # ---- MuDAF's head analyses (GRID.md §3): every model of the grid, and the head selection ----
 MUDAF_BASE = grid.study_base(CFG, grid.MUDAF) if MUDAF else None
-MASKED_MODELS = ([] if not MUDAF else
-                 [MUDAF_BASE] if MUDAF["masking"].get("models", "all") == "base" else ALL_MODELS)
+MASKED_MODELS = ([] if not MUDAF else  # "all": every model of the studies (not the leaderboard's)
+                 [MUDAF_BASE] if MUDAF["masking"].get("models", "all") == "base" else
+                 [m for m in ALL_MODELS if m in BASES or TRAINED[m].study != grid.LEADERBOARD])
 
 
 def heads_split():
@@ -276,3 +283,41 @@ def lkg_report_spec():
                           "values": TRAINED[m].values, "seed": TRAINED[m].seed}
                       for m in LKG_MODELS},
             "code": code_hash("report")}
+
+
+# ---- the cross-method report (GRID.md §5): leaderboard, fidelity table, diagnostics ----
+LEADERBOARD_REPORT = f"{OUT}/report/leaderboard"
+CROSS_INPUTS = grid.cross_report_inputs(CFG, OUT)
+if LEADERBOARD:
+    REPORTS.append(LEADERBOARD_REPORT)
+
+
+def leaderboard_report_spec():
+    return {**grid.cross_report_spec(CFG), "code": code_hash("report")}
+
+
+def report_commit(report_dir):
+    """The commit a report was built at (its provenance.json), for the `snakemake --report`
+    captions; before it exists, the checkout's: the commit the job is about to run at. Captions
+    read it from the config, which unlike a param never reruns a job."""
+    try:
+        return json.loads(open(f"{report_dir}/provenance.json").read())["commit"]
+    except (OSError, ValueError, KeyError):
+        from zoomattn.tracking import git_commit
+
+        return git_commit()
+
+
+config["_report"] = {  # what `snakemake --report`'s captions print (workflow/report/*.rst)
+    "preset": PRESET,
+    "seeds": grid.study_seeds(CFG, grid.LEADERBOARD),
+    "grid_seeds": CFG["seeds"],
+    "commits": {d: report_commit(d) for d in REPORTS},
+}
+
+
+def report_flag(path, study):
+    """A report directory's figures and html tables in `snakemake --report`, under its study."""
+    return report(directory(path), patterns=["{name}.{ext,png|html}"],
+                  caption="../report/figure.rst", category=study,
+                  labels={"item": "{name}", "type": "{ext}"})

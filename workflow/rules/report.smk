@@ -4,7 +4,7 @@ rule report:
         attention=ATTENTION_FILES,
         base=BASE,
     output:
-        directory(REPORT),
+        report_flag(REPORT, "opamp"),
     params:
         spec=lambda w: as_json({"preset": PRESET, "benchmarks": CFG["benchmarks"],
                                 "cells": {r: CELLS[r] for r in CELLS}, "seeds": CFG["seeds"],
@@ -26,7 +26,7 @@ if RECT:
             evals=RECT_EVAL_FILES,
             margin=margin_file(grid.rect_base(CFG)),
         output:
-            directory(RECT_REPORT),
+            report_flag(RECT_REPORT, "rectification"),
         params:
             spec=lambda w: as_json({"preset": PRESET, "rectification": RECT,
                                     "cells": {m: {"run": t.run, "method": t.method,
@@ -55,7 +55,7 @@ if MUDAF:
             selections=[selection_file(m) for m, t in MUDAF_CELLS.items()
                         if t.values.get("heads", 0) > 0],
         output:
-            directory(MUDAF_REPORT),
+            report_flag(MUDAF_REPORT, "mudaf"),
         params:
             spec=lambda w: as_json({"preset": PRESET, "mudaf": MUDAF,
                                     "cells": {m: {"run": t.run, "method": t.method,
@@ -84,7 +84,7 @@ if LKG:
             patterns=[patterns_file(m) for m in ALL_MODELS],
             models=[model_dir(m) for m in LKG_MODELS],
         output:
-            directory(LKG_REPORT),
+            report_flag(LKG_REPORT, "lkg"),
         params:
             spec=lambda w: as_json(lkg_report_spec()),
             train=[f"{model_dir(m)}/metrics.json" for m in LKG_MODELS],
@@ -96,3 +96,27 @@ if LKG:
             "python -m zoomattn lkg-report --spec {params.spec:q} --results {RESULTS}"
             " --eval-files {input.evals} --patterns-files {input.patterns}"
             " --train-files {params.train} --out {output} > {log} 2>&1"
+
+
+if LEADERBOARD:
+
+    rule leaderboard_report:  # the cross-method report: from the metric files of the whole grid
+        input:
+            evals=CROSS_INPUTS["evals"],
+            predictions=[f.replace(".json", ".predictions.jsonl") for f in CROSS_INPUTS["evals"]],
+            attention=CROSS_INPUTS["attention"],
+            heads=CROSS_INPUTS["heads"],
+            patterns=CROSS_INPUTS["patterns"],
+        output:
+            report_flag(LEADERBOARD_REPORT, "leaderboard"),
+        params:
+            spec=lambda w: as_json(leaderboard_report_spec()),
+        log:
+            f"{OUT}/logs/report_leaderboard.log",
+        conda:
+            "../../envs/report.yaml"
+        shell:
+            "python -m zoomattn leaderboard-report --spec {params.spec:q} --results {RESULTS}"
+            " --eval-files {input.evals} --attention-files {input.attention}"
+            " --heads-files {input.heads} --patterns-files {input.patterns} --out {output}"
+            " > {log} 2>&1"

@@ -11,6 +11,23 @@ from zoomattn.tracking import job_run
 log = logging.getLogger("zoomattn")
 
 
+def _finish(out: Path, spec: dict) -> None:
+    """What every report directory holds beside its own files: each csv table as html too (the
+    form `snakemake --report` shows), and provenance.json (preset, seeds, commit: the captions')."""
+    import pandas as pd
+
+    from zoomattn.io import write_json
+    from zoomattn.tracking import git_commit
+
+    for table in sorted(Path(out).glob("*.csv")):
+        html = table.with_suffix(".html")
+        if not html.exists():
+            pd.read_csv(table).to_html(html, index=False, na_rep="")
+    if not (Path(out) / "provenance.json").exists():
+        provenance = {"preset": spec["preset"], "seeds": spec.get("seeds"), "commit": git_commit()}
+        write_json(Path(out) / "provenance.json", provenance)
+
+
 def report(
     spec: dict,
     eval_files: list[Path],
@@ -30,6 +47,7 @@ def report(
             read_json(base_metrics),
             tmp,
         )
+        _finish(tmp, spec)
         run.log_artifacts(tmp, "report")
 
 
@@ -39,6 +57,7 @@ def rect_report(spec: dict, eval_files: list[Path], margin: Path, out: Path, res
 
     with job_run(spec, "report", "rectification", results) as run, atomic_dir(out) as tmp:
         build_report(spec, [read_json(p) for p in eval_files], read_json(margin), tmp)
+        _finish(tmp, spec)
         run.log_artifacts(tmp, "report")
 
 
@@ -63,6 +82,7 @@ def mudaf_report(
             [read_json(p) for p in selection_files],
             tmp,
         )
+        _finish(tmp, spec)
         run.log_artifacts(tmp, "report")
 
 
@@ -96,4 +116,70 @@ def lkg_report(
             [_train_metrics(p) for p in train_files],
             tmp,
         )
+        _finish(tmp, spec)
         run.log_artifacts(tmp, "report")
+
+
+def leaderboard_report(
+    spec: dict,
+    eval_files: list[Path],
+    attention_files: list[Path],
+    heads_files: list[Path],
+    patterns_files: list[Path],
+    out: Path,
+    results: Path,
+) -> None:
+    from zoomattn.io import atomic_dir
+    from zoomattn.reporting.cross import build_cross_report
+    from zoomattn.tracking import git_commit
+
+    with job_run(spec, "report", "leaderboard", results) as run, atomic_dir(out) as tmp:
+        build_cross_report(
+            spec, eval_files, attention_files, heads_files, patterns_files, tmp, git_commit()
+        )
+        _finish(tmp, spec)
+        run.log_artifacts(tmp, "report")
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """Snakemake's --configfile semantics: nested keys of ``over`` replace those of ``base``."""
+    out = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merged(out[key], value) if both else value
+    return out
+
+
+def regenerate(config_files: list[Path], out: Path) -> None:
+    """The cross-method report again, from the metric files a run left under ``results/``:
+    nothing is trained or evaluated, no model is read. The first config file is the grid's
+    (config.yaml), later ones override it as ``snakemake --configfile`` does."""
+    import yaml
+
+    from zoomattn import grid
+    from zoomattn.config import load_config
+    from zoomattn.reporting.cross import build_cross_report
+    from zoomattn.tracking import git_commit
+
+    raw: dict = {}
+    for path in config_files:
+        raw = _merged(raw, yaml.safe_load(Path(path).read_text()) or {})
+    cfg = load_config(raw)
+    files = grid.cross_report_inputs(cfg, cfg["out"])
+    missing = [f for f in files["evals"] if not Path(f).exists()]
+    if missing:
+        raise FileNotFoundError(
+            f"{len(missing)} metric files of this config are missing (first: {missing[0]}); "
+            "run the workflow first"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    build_cross_report(
+        grid.cross_report_spec(cfg),
+        [Path(f) for f in files["evals"]],
+        [Path(f) for f in files["attention"]],
+        [Path(f) for f in files["heads"]],
+        [Path(f) for f in files["patterns"]],
+        out,
+        git_commit(),
+    )
+    log.info("cross-method report regenerated in %s from %d metric files", out, len(files["evals"]))
