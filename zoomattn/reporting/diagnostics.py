@@ -249,14 +249,17 @@ def plot_answer_gap(df: pd.DataFrame, path: Path) -> None:
                 "leaderboard: mean over seeds (bars: 95% CI, else seeds' range)", fontsize=9
             )
         else:
-            labels = list(dict.fromkeys(sub["label"]))
-            places = list(dict.fromkeys(sub["placement"]))
-            width = 0.8 / len(places)
-            for i, p in enumerate(places):
-                s = sub[sub["placement"] == p].set_index("label").reindex(labels)
-                xs = np.arange(len(labels)) + (i - (len(places) - 1) / 2) * width
-                ax.bar(xs, s["answer_gap"].fillna(0), width, yerr=_yerr(s), capsize=2, label=str(p))
-            ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=7)
+            # one bar per (model, eval placement), coloured by the placement: a rectification
+            # model is evaluated at the placement it was trained with, so no empty slots
+            bars = sub.drop_duplicates(["label", "placement"]).reset_index(drop=True)
+            for p in dict.fromkeys(bars["placement"]):
+                s = bars[bars["placement"] == p]
+                ax.bar(s.index, s["answer_gap"], 0.8, yerr=_yerr(s), capsize=2, label=str(p))
+            names = [
+                lab if str(p) in lab else f"{lab} ({p})"
+                for lab, p in zip(bars["label"], bars["placement"], strict=True)
+            ]
+            ax.set_xticks(range(len(bars)), names, rotation=45, ha="right", fontsize=7)
             ax.set_title("rectification: by model and eval placement (bars: 95% CI)", fontsize=9)
         ax.axhline(0, color="k", lw=0.6)
         ax.set_ylabel("answer-token attention gap (×1000)")
