@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from zoomattn.io import read_json, write_json
+from zoomattn.io import read_json
 from zoomattn.reporting.diagnostics import build_diagnostics
 from zoomattn.reporting.fidelity import write_fidelity
 from zoomattn.reporting.leaderboard import entry_label, write_leaderboard
@@ -57,9 +57,8 @@ def build_cross_report(
     out: Path,
     commit: str,
 ) -> None:
-    spec = json.loads(
-        json.dumps(spec, sort_keys=True)
-    )  # the job's spec form: same order, same files
+    # the job's spec arrives as sorted JSON: regenerate's gets the same key order, so same files
+    spec = json.loads(json.dumps(spec, sort_keys=True))
     evals = [read_json(p) for p in eval_files]
     predictions = {
         (e["model"], e["benchmark"], e["split"]): read_predictions(p)
@@ -80,8 +79,6 @@ def build_cross_report(
         _present(patterns_files),
         out,
     )
-    provenance = {"preset": spec["preset"], "seeds": spec["seeds"], "commit": commit}
-    write_json(out / "provenance.json", provenance)
     lines = [
         f"# Cross-method report (preset {spec['preset']}, commit {commit})",
         "",

@@ -23,9 +23,8 @@ def _finish(out: Path, spec: dict) -> None:
         html = table.with_suffix(".html")
         if not html.exists():
             pd.read_csv(table).to_html(html, index=False, na_rep="")
-    if not (Path(out) / "provenance.json").exists():
-        provenance = {"preset": spec["preset"], "seeds": spec.get("seeds"), "commit": git_commit()}
-        write_json(Path(out) / "provenance.json", provenance)
+    provenance = {"preset": spec["preset"], "seeds": spec.get("seeds"), "commit": git_commit()}
+    write_json(Path(out) / "provenance.json", provenance)
 
 
 def report(
@@ -173,8 +172,9 @@ def regenerate(config_files: list[Path], out: Path) -> None:
             "run the workflow first"
         )
     out.mkdir(parents=True, exist_ok=True)
+    spec = grid.cross_report_spec(cfg)
     build_cross_report(
-        grid.cross_report_spec(cfg),
+        spec,
         [Path(f) for f in files["evals"]],
         [Path(f) for f in files["attention"]],
         [Path(f) for f in files["heads"]],
@@ -182,4 +182,5 @@ def regenerate(config_files: list[Path], out: Path) -> None:
         out,
         git_commit(),
     )
+    _finish(out, spec)
     log.info("cross-method report regenerated in %s from %d metric files", out, len(files["evals"]))
