@@ -40,7 +40,7 @@ def evaluate(
         if "noise_ratio" in spec:
             metrics["noise_ratio"] = spec["noise_ratio"]
         if spec.get("answer_gap_examples"):  # the rectification paper's Fig. 3
-            from zoomattn.evaluation.rectification import answer_gap
+            from zoomattn.evaluation.attention_share import answer_gap
 
             metrics.update(placement=spec["placement"])
             metrics.update(answer_gap(model, tok, records[: spec["answer_gap_examples"]]))
@@ -75,15 +75,11 @@ def attention(
     with job_run(spec, "attention", spec["model"], results) as run:
         model, tok = load_model(spec, model_dir, base_dir, threads)
         records = load_split(split_dir)[: spec["attention_examples"]]
-        summary = golden_attention(model, tok, records)
+        summary = golden_attention(model, tok, records, spec.get("answer_gap_examples") or 0)
         summary["model"] = spec["model"]
         write_json(out, summary)
-        run.log_metrics(
-            {
-                "mean_golden_share": summary["mean_golden_share"],
-                "golden_is_top": summary["golden_is_top"],
-            }
-        )
+        keys = ("mean_golden_share", "golden_is_top", "answer_gap")
+        run.log_metrics({k: summary[k] for k in keys if summary.get(k) is not None})
         run.log_artifacts(out)
 
 
