@@ -241,15 +241,12 @@ def cross_report_spec(cfg: dict) -> dict:
 
 def cross_report_inputs(cfg: dict, out: str) -> dict[str, list[str]]:
     """The files the cross-method report reads, under the preset's output directory ``out``:
-    every evaluation of the grid, the golden share of the OpAmp and leaderboard models, and the
-    retrieval-head scores and head patterns of every model (when their studies run)."""
+    every evaluation of the grid, and every model's golden share and answer gap (the attention
+    job), retrieval-head scores and head patterns (when their studies run)."""
     models = [*base_models(cfg), *trained_models(cfg)]
-    attention = ["base"] + [
-        m.id for m in trained_models(cfg).values() if m.study in ("opamp", LEADERBOARD)
-    ]
     return {
         "evals": [f"{out}/eval/{m}/{b}/{s}.json" for m, b, s in evaluations(cfg)],
-        "attention": [f"{out}/attention/{m}.json" for m in attention],
+        "attention": [f"{out}/attention/{m}.json" for m in models],
         "heads": [f"{out}/analysis/retrieval_heads/{m}.json" for m in models]
         if study_cfg(cfg, MUDAF)
         else [],

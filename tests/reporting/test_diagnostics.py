@@ -28,7 +28,11 @@ GOLDEN = {
     LEAD_OPAMP[0]: [0.7, 0.4, 0.5, 0.6],
     LEAD_OPAMP[1]: [0.8, 0.6, 0.6, 0.7],
     LEAD_OPAMP[2]: [0.6, 0.3, None, 0.8],  # no example had its golden document at position 3
-}
+    "rectification/rectify-xi3_s0": [0.3, 0.3, 0.3, 0.3],
+    "mudaf/mudaf-heads8_s0": [0.45, 0.35, 0.35, 0.45],
+}  # lkg/lkg_s0 has none
+# the answer gap the attention job takes from the same records (None: no answer found)
+COMMON_GAP = {"base": 1.0, LEAD_OPAMP[0]: 2.0, LEAD_OPAMP[1]: 4.0, LEAD_OPAMP[2]: 3.0}
 FILES = [
     "diagnostics.csv",
     "diagnostics.md",
@@ -37,13 +41,15 @@ FILES = [
     "diag_golden_share.csv",
     "diag_answer_gap.png",
     "diag_answer_gap.csv",
+    "diag_answer_gap_every_model.png",
     "diag_retrieval_heads.png",
     "diag_head_patterns.png",
 ]
 
 
-def attention_file(model: str, golden: list) -> dict:
-    """As ``stages.analysis.attention`` writes ``golden_attention`` (4 documents)."""
+def attention_file(model: str, golden: list, gap: float | None = None) -> dict:
+    """As ``stages.analysis.attention`` writes ``golden_attention`` (4 documents), with the
+    answer gap of its records."""
     n = len(golden)
     by_position = [
         {"position": p + 1, "golden_share": g, "noise_share": 0.1, "n_golden_here": 3}
@@ -59,6 +65,8 @@ def attention_file(model: str, golden: list) -> dict:
         "by_position": by_position,
         "mean_share_by_position": [1.0 / n] * n,
         "model": model,
+        "answer_gap": gap,
+        "answer_gap_examples": 0 if gap is None else 10,
     }
 
 
@@ -142,7 +150,7 @@ def _evals() -> list[dict]:
 
 
 def _inputs():
-    attention = [attention_file(m, g) for m, g in GOLDEN.items()]
+    attention = [attention_file(m, g, COMMON_GAP.get(m)) for m, g in GOLDEN.items()]
     heads = [heads_file(m, _f1(i)) for i, m in enumerate(MODELS)]
     patterns = [patterns_file(m, _classes(i)) for i, m in enumerate(MODELS)]
     return attention, _evals(), heads, patterns
@@ -178,7 +186,21 @@ def test_golden_share_of_a_leaderboard_label_is_the_mean_over_its_seeds(built):
     assert opamp.loc[2, ["share_min", "share_max"]].tolist() == pytest.approx([0.3, 0.6])
     assert opamp.loc[3, "golden_share"] == pytest.approx(0.55)  # the seed without data skipped
     assert opamp.loc[1, "n_seeds"] == 3
-    assert set(df["study"]) == {"base", "opamp", "leaderboard"}  # no rectification/mudaf/lkg
+
+
+def test_golden_share_covers_every_study_with_attention_files(built):
+    df = pd.read_csv(built[1] / "diag_golden_share.csv")
+    assert set(df["study"]) == {"base", "opamp", "leaderboard", "rectification", "mudaf"}
+    mudaf = df[df["study"] == "mudaf"].set_index("position")
+    assert mudaf["golden_share"].tolist() == pytest.approx([0.45, 0.35, 0.35, 0.45])
+
+
+def test_common_answer_gap_is_each_models_attention_file_gap(table):
+    rows = table.set_index("model")
+    assert rows.loc[LEAD_OPAMP[1], "common_answer_gap"] == 4.0
+    assert rows.loc["base", "common_answer_gap"] == 1.0
+    assert math.isnan(rows.loc["mudaf/mudaf-heads8_s0", "common_answer_gap"])  # no answer found
+    assert math.isnan(rows.loc["lkg/lkg_s0", "common_answer_gap"])  # no attention file
 
 
 def test_per_model_golden_share_comes_from_its_attention_file(table):
@@ -241,7 +263,7 @@ def test_missing_attention_and_answer_gaps_skip_those_figures(tmp_path):
     written = {p.name for p in tmp_path.iterdir()}
     assert written == set(FILES) - {
         f"diag_{s}.{x}" for s in ("golden_share", "answer_gap") for x in ("png", "csv")
-    }
+    } - {"diag_answer_gap_every_model.png"}
     assert table["mean_golden_share"].isna().all() and table["answer_gap"].isna().all()
 
 

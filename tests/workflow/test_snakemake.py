@@ -140,7 +140,8 @@ def test_changing_the_world_seed_reruns_everything(workdir):
     jobs = planned_jobs(workdir, "world_seed=99")
     counts = {r: sum(1 for rr, _ in jobs if rr == r) for r, _ in jobs}
     board = 6 * 2  # the leaderboard: 6 entries x 2 seeds, evaluated at 2 noise ratios
-    assert counts["world"] == 1 and counts["pretrain"] == 1 and counts["attention"] == 4 + board
+    assert counts["world"] == 1 and counts["pretrain"] == 1
+    assert counts["attention"] == 1 + len(trained_models(cfg))  # every model's golden share
     assert counts["finetune"] == len(trained_models(cfg)) == 3 + 6 + 3 + 3 + board
     # OpAmp 4 models x 3 splits; rectification 2 + 6; MuDAF 1 + 3; LKG 1 + 3 + 3 robustness sets
     assert (
@@ -298,7 +299,9 @@ def test_changing_one_xi_reruns_only_that_xis_jobs_and_the_rectification_report(
     raw["presets"]["smoke"]["rectification"]["methods"]["rectify"]["xi"] = [5]
     override.write_text(yaml.safe_dump(raw))
     jobs = planned_jobs(workdir, "--configfile", str(override))
-    assert sorted({r for r, _ in jobs}) == sorted([*ANALYSES, "rect_report", "retrieval_heads"])
+    assert sorted({r for r, _ in jobs}) == sorted(
+        [*ANALYSES, "attention", "rect_report", "retrieval_heads"]
+    )
     touched = {w.get("trained") or w.get("model") for r, w in jobs if w}
     assert touched == {
         "rectification/rectify-xi5-vanilla_s0",
@@ -399,7 +402,7 @@ def test_changing_one_lkg_ablation_reruns_only_that_models_jobs_and_the_reports(
     raw["presets"]["smoke"]["lkg"]["methods"]["lkg_no_lpr"]["alpha_init"] = 0.5
     override.write_text(yaml.safe_dump(raw))
     jobs = planned_jobs(workdir, "--configfile", str(override))
-    assert sorted({r for r, _ in jobs}) == sorted([*ANALYSES, "retrieval_heads"])
+    assert sorted({r for r, _ in jobs}) == sorted([*ANALYSES, "attention", "retrieval_heads"])
     touched = {w.get("trained") or w.get("model") for r, w in jobs if w}
     assert touched == {"lkg/lkg_no_lpr_s0"}
 
@@ -428,6 +431,10 @@ def test_leaderboard_trains_every_entry_per_seed_and_reports_tables_claims_and_d
     assert provenance["preset"] == "smoke" and provenance["seeds"] == [0, 1]
     sft = json.loads((out / "models/leaderboard/sft_s1/method.json").read_text())
     assert sft["config"]["heads"] == 0
+    for model in ("base", "leaderboard/lkg_s1", "mudaf/mudaf-heads2_s0", "lkg/lkg_s0"):
+        share = json.loads((out / f"attention/{model}.json").read_text())  # every model's
+        assert share["n_documents"] == 10 and share["answer_gap_examples"] > 0, model
+    assert (report / "diag_answer_gap_every_model.png").stat().st_size > 0
 
 
 def _csv(path: Path) -> list[dict]:

@@ -165,6 +165,7 @@ def eval_spec(model, benchmark, split):
 def attention_spec(model):
     return {"preset": PRESET, "model": model, "benchmark": CFG["attention"]["benchmark"],
             "noise_ratio": CFG["attention"]["noise_ratio"],
+            "answer_gap_examples": CFG["attention"].get("answer_gap_examples"),
             "attention_examples": CFG["evaluation"]["attention_examples"],
             "quantization": CFG["finetune"]["quantization"],
             "code": code_hash("evaluate", model_method(model))}

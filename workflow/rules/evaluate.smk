@@ -22,10 +22,10 @@ rule evaluate:
         " --out {output.metrics} --predictions {output.predictions} --threads {threads} > {log} 2>&1"
 
 
-rule attention:
+rule attention:  # every model of the grid: golden share by position, answer-token gap
     input:
         model=lambda w: model_dir(w.model),
-        base=BASE,
+        base=lambda w: model_dir(model_base(w.model)),
         split=split_dir(CFG["attention"]["benchmark"], CFG["attention"]["noise_ratio"]),
     output:
         f"{OUT}/attention/{{model}}.json",

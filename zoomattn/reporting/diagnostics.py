@@ -102,6 +102,7 @@ def diagnostics_table(models, attention, evals, heads, patterns) -> pd.DataFrame
                 **{k: models[m].get(k) for k in ("study", "label", "seed")},
                 "mean_golden_share": a.get("mean_golden_share", math.nan),
                 "golden_is_top": a.get("golden_is_top", math.nan),
+                "common_answer_gap": _num(a.get("answer_gap")),  # the attention set's
                 "answer_gap": gap_mean.get(m, math.nan),
                 "answer_gap_evals": gap_n.get(m, 0),
                 "max_f1": float(f1.max()) if f1.size else math.nan,
@@ -111,6 +112,10 @@ def diagnostics_table(models, attention, evals, heads, patterns) -> pd.DataFrame
             }
         )
     return pd.DataFrame(rows).astype({"seed": "Int64"}) if rows else pd.DataFrame(rows)
+
+
+def _num(value) -> float:
+    return math.nan if value is None else float(value)
 
 
 def _cell_name(study: str, label: str, n: int) -> str:
@@ -125,15 +130,14 @@ def _by_cell(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
 
 
 def golden_share_table(models: dict[str, dict], attention: list[dict]) -> pd.DataFrame:
-    """Golden share by document position per (study, label) of the base, OpAmp and leaderboard
-    studies: mean, min, max over seeds."""
+    """Golden share by document position per (study, label) of every model with an attention
+    file: mean, min, max over seeds."""
     rows = [
         {"model": f["model"], **{k: models[f["model"]][k] for k in CELL}}
         | {"position": b["position"], "golden_share": b.get("golden_share")}
         | {"uniform_share": f.get("uniform_share")}
         for f in attention
         if f.get("model") in models
-        and models[f["model"]]["study"] in ("base", "opamp", "leaderboard")
         for b in f.get("by_position", [])
     ]
     if not rows:
@@ -162,9 +166,14 @@ def _save(fig, path: Path, title: str) -> None:
 
 
 def plot_golden_share(df: pd.DataFrame, path: Path) -> None:
-    panels = [s for s in ("leaderboard", "opamp") if (df["study"] == s).any()]
-    fig, axes = plt.subplots(1, len(panels), figsize=(8.5 * len(panels), 4.6), squeeze=False)
-    for ax, study in zip(axes[0], panels, strict=True):
+    order = ("leaderboard", *[s for s in STUDY_ORDER if s not in ("base", "leaderboard")])
+    panels = [s for s in order if (df["study"] == s).any()]
+    cols = min(2, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(8.5 * cols, 4.6 * rows), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, study in zip(axes.flat, panels, strict=False):
         for i, ((s, label), c) in enumerate(
             df[df["study"].isin([study, "base"])].groupby(CELL, sort=False)
         ):
@@ -302,6 +311,27 @@ def plot_retrieval_heads(cells: pd.DataFrame, path: Path) -> None:
     _save(fig, path, "Retrieval heads of every model")
 
 
+def plot_common_answer_gap(cells: pd.DataFrame, path: Path) -> None:
+    """Every model's answer-token attention gap on the one attention set (the golden share's)."""
+    fig, ax, ys = _rows_axes(len(cells))
+    gap = cells["common_answer_gap"]
+    err = np.nan_to_num(
+        np.vstack([gap - cells["common_answer_gap_min"], cells["common_answer_gap_max"] - gap])
+    )
+    colours = [STUDY_COLOURS.get(s, "C5") for s in cells["study"]]
+    ax.barh(ys, gap, 0.7, xerr=err, color=colours, capsize=2)
+    names = [
+        _cell_name(*c) for c in zip(cells["study"], cells["label"], cells["n_seeds"], strict=True)
+    ]
+    ax.set_yticks(ys, names, fontsize=7)
+    ax.axvline(0, color="k", lw=0.6)
+    ax.set_xlabel("answer-token attention gap ×1000 on the attention set (bar: seeds' range)")
+    studies = list(dict.fromkeys(cells["study"]))
+    handles = [Patch(color=STUDY_COLOURS.get(s, "C5"), label=s) for s in studies]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    _save(fig, path, "Answer-token attention gap of every model")
+
+
 def plot_head_patterns(cells: pd.DataFrame, path: Path) -> None:
     fig, ax, ys = _rows_axes(len(cells))
     left = np.zeros(len(cells))
@@ -337,7 +367,7 @@ def build_diagnostics(
         table.to_html(index=False, float_format="%.3f", na_rep="")
     )
     shares = golden_share_table(models, attention)
-    if not shares.empty and shares["study"].isin(["leaderboard", "opamp"]).any():
+    if not shares.empty and (shares["study"] != "base").any():
         shares.to_csv(out / "diag_golden_share.csv", index=False)
         plot_golden_share(shares, out / "diag_golden_share.png")
     gaps = answer_gap_tables(models, evals)
@@ -351,6 +381,10 @@ def build_diagnostics(
     scored = cells[cells["top5"].notna()]
     if not scored.empty:
         plot_retrieval_heads(scored, out / "diag_retrieval_heads.png")
+    common = _by_cell(table, ["common_answer_gap"])
+    common = common[common["common_answer_gap"].notna()]
+    if not common.empty:
+        plot_common_answer_gap(common, out / "diag_answer_gap_every_model.png")
     classified = cells[cells[[f"share_{c}" for c in CLASSES]].notna().any(axis=1)]
     if not classified.empty:
         plot_head_patterns(classified, out / "diag_head_patterns.png")
