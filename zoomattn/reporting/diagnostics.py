@@ -179,7 +179,9 @@ def plot_golden_share(df: pd.DataFrame, path: Path) -> None:
         ):
             base = s == "base"
             name = _cell_name(s, label, int(c["n_seeds"].max()))
-            kw = dict(color="grey", ls="--") if base else dict(color=f"C{i % 10}", marker="o", ms=3)
+            cycle = i // 10 % 3  # past 10 lines colours repeat: change the line and marker too
+            kw = dict(color=f"C{i % 10}", ls=("-", "-.", ":")[cycle], marker="osd"[cycle], ms=3)
+            kw = dict(color="grey", ls="--") if base else kw
             ax.plot(c["position"], c["golden_share"], label=name, **kw)
             if c["n_seeds"].max() > 1:
                 ax.fill_between(
