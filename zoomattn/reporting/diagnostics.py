@@ -285,24 +285,31 @@ def _rows_axes(n: int, width: float = 9.0):
     return fig, ax, ys
 
 
-def plot_retrieval_heads(cells: pd.DataFrame, path: Path) -> None:
-    fig, ax, ys = _rows_axes(len(cells))
-    colours = [STUDY_COLOURS.get(s, "C5") for s in cells["study"]]
-    err = np.nan_to_num(
-        np.vstack([cells["top5"] - cells["top5_min"], cells["top5_max"] - cells["top5"]])
-    )
-    ax.barh(ys, cells["top5"].fillna(0), 0.7, xerr=err, color=colours, capsize=2)
-    ax.plot(cells["max_f1"], ys, "k|", ms=10, label="max F1 (mean over seeds)")
-    names = [
+def _cell_names(cells: pd.DataFrame) -> list[str]:
+    return [
         _cell_name(*c) for c in zip(cells["study"], cells["label"], cells["n_seeds"], strict=True)
     ]
-    ax.set_yticks(ys, names, fontsize=7)
+
+
+def _study_bars(ax, ys, cells: pd.DataFrame, column: str) -> list[Patch]:
+    """One bar per cell of ``column`` (its mean over seeds), coloured by study, whiskers at the
+    seeds' range, the cells named on the y axis; returns the studies' legend handles."""
+    value = cells[column]
+    err = np.nan_to_num(np.vstack([value - cells[f"{column}_min"], cells[f"{column}_max"] - value]))
+    colours = [STUDY_COLOURS.get(s, "C5") for s in cells["study"]]
+    ax.barh(ys, value.fillna(0), 0.7, xerr=err, color=colours, capsize=2)
+    ax.set_yticks(ys, _cell_names(cells), fontsize=7)
+    return [Patch(color=STUDY_COLOURS.get(s, "C5"), label=s) for s in dict.fromkeys(cells["study"])]
+
+
+def plot_retrieval_heads(cells: pd.DataFrame, path: Path) -> None:
+    fig, ax, ys = _rows_axes(len(cells))
+    handles = _study_bars(ax, ys, cells, "top5")
+    ax.plot(cells["max_f1"], ys, "k|", ms=10, label="max F1 (mean over seeds)")
     ax.set_xlim(0, 1.02)
     ax.set_xlabel(
         f"retrieval-head strength: mean F1 of the top {TOP_SHARE:.0%} heads (bar: seeds' range)"
     )
-    studies = list(dict.fromkeys(cells["study"]))
-    handles = [Patch(color=STUDY_COLOURS.get(s, "C5"), label=s) for s in studies]
     ax.legend(
         handles=[*handles, *ax.get_legend_handles_labels()[0]],
         fontsize=7,
@@ -316,20 +323,9 @@ def plot_retrieval_heads(cells: pd.DataFrame, path: Path) -> None:
 def plot_common_answer_gap(cells: pd.DataFrame, path: Path) -> None:
     """Every model's answer-token attention gap on the one attention set (the golden share's)."""
     fig, ax, ys = _rows_axes(len(cells))
-    gap = cells["common_answer_gap"]
-    err = np.nan_to_num(
-        np.vstack([gap - cells["common_answer_gap_min"], cells["common_answer_gap_max"] - gap])
-    )
-    colours = [STUDY_COLOURS.get(s, "C5") for s in cells["study"]]
-    ax.barh(ys, gap, 0.7, xerr=err, color=colours, capsize=2)
-    names = [
-        _cell_name(*c) for c in zip(cells["study"], cells["label"], cells["n_seeds"], strict=True)
-    ]
-    ax.set_yticks(ys, names, fontsize=7)
+    handles = _study_bars(ax, ys, cells, "common_answer_gap")
     ax.axvline(0, color="k", lw=0.6)
     ax.set_xlabel("answer-token attention gap ×1000 on the attention set (bar: seeds' range)")
-    studies = list(dict.fromkeys(cells["study"]))
-    handles = [Patch(color=STUDY_COLOURS.get(s, "C5"), label=s) for s in studies]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     _save(fig, path, "Answer-token attention gap of every model")
 
@@ -341,10 +337,7 @@ def plot_head_patterns(cells: pd.DataFrame, path: Path) -> None:
         share = cells[f"share_{c}"].fillna(0).to_numpy()
         ax.barh(ys, share, 0.7, left=left, color=f"C{i}", label=c)
         left += share
-    names = [
-        _cell_name(*c) for c in zip(cells["study"], cells["label"], cells["n_seeds"], strict=True)
-    ]
-    ax.set_yticks(ys, names, fontsize=7)
+    ax.set_yticks(ys, _cell_names(cells), fontsize=7)
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of heads by majority pattern (mean over seeds)")
     _legend_outside(ax)
