@@ -7,6 +7,7 @@ source there and watch which jobs Snakemake schedules, without touching the chec
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,3 +62,31 @@ def mlflow_runs(workdir: Path, preset: str = "smoke"):
     runs = client.search_runs([exp.experiment_id], max_results=1000)
     default = client.search_runs(["0"], max_results=1000)
     return runs, default
+
+
+# what a retrained model of any study reruns besides its own report: its evaluations, and the head
+# analyses every model of the grid goes through (MuDAF's, LKG-RALM's) with those studies' reports
+ANALYSES = [
+    "all",
+    "evaluate",
+    "finetune",
+    "head_masking",
+    "mudaf_report",
+    "head_patterns",
+    "lkg_report",
+    "leaderboard_report",  # the cross-method report reads every evaluation and head analysis
+]
+
+
+def planned_jobs(workdir: Path, *args: str) -> list[tuple[str, dict]]:
+    """(rule, wildcards) of every job a dry run would execute."""
+    out = snakemake(workdir, "-n", *SMOKE, *args).stdout
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
+        m = re.match(r"(?:local)?rule (\w+):", block.strip())
+        if not m:
+            continue
+        w = re.search(r"wildcards: (.*)", block)
+        wildcards = dict(kv.split("=", 1) for kv in w.group(1).split(", ")) if w else {}
+        jobs.append((m.group(1), wildcards))
+    return jobs

@@ -12,48 +12,20 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.workflow.scratch import SMOKE, copy_workflow, mlflow_client, mlflow_runs, snakemake
+from tests.workflow.scratch import (
+    ANALYSES,
+    SMOKE,
+    mlflow_client,
+    mlflow_runs,
+    planned_jobs,
+    snakemake,
+)
 
 pytestmark = pytest.mark.slow
-# what a retrained model of any study reruns besides its own report: its evaluations, and the head
-# analyses every model of the grid goes through (MuDAF's, LKG-RALM's) with those studies' reports
-ANALYSES = [
-    "all",
-    "evaluate",
-    "finetune",
-    "head_masking",
-    "mudaf_report",
-    "head_patterns",
-    "lkg_report",
-    "leaderboard_report",  # the cross-method report reads every evaluation and head analysis
-]
-
-
-def planned_jobs(workdir: Path, *args: str) -> list[tuple[str, dict]]:
-    """(rule, wildcards) of every job a dry run would execute."""
-    out = snakemake(workdir, "-n", *SMOKE, *args).stdout
-    jobs = []
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
-        m = re.match(r"(?:local)?rule (\w+):", block.strip())
-        if not m:
-            continue
-        w = re.search(r"wildcards: (.*)", block)
-        wildcards = dict(kv.split("=", 1) for kv in w.group(1).split(", ")) if w else {}
-        jobs.append((m.group(1), wildcards))
-    return jobs
-
-
-@pytest.fixture(scope="session")
-def workdir(tmp_path_factory) -> Path:
-    """A scratch workflow copy on which the smoke grid has run once with -j 2."""
-    wd = copy_workflow(tmp_path_factory.mktemp("workflow"))
-    snakemake(wd, "-j", "2", *SMOKE)
-    return wd
 
 
 def test_smoke_grid_produces_every_table_figure_and_prediction(workdir):
@@ -405,138 +377,3 @@ def test_changing_one_lkg_ablation_reruns_only_that_models_jobs_and_the_reports(
     assert sorted({r for r, _ in jobs}) == sorted([*ANALYSES, "attention", "retrieval_heads"])
     touched = {w.get("trained") or w.get("model") for r, w in jobs if w}
     assert touched == {"lkg/lkg_no_lpr_s0"}
-
-
-def test_leaderboard_trains_every_entry_per_seed_and_reports_tables_claims_and_diagnostics(workdir):
-    out = workdir / "results/smoke"
-    report = out / "report/leaderboard"
-    for name in ("leaderboard", "fidelity", "claims", "diagnostics"):
-        for ext in ("md", "csv", "html"):
-            assert (report / f"{name}.{ext}").stat().st_size > 0, f"{name}.{ext}"
-    for name in ("leaderboard", "diag_golden_share", "diag_answer_gap", "diag_head_patterns"):
-        assert (report / f"{name}.png").stat().st_size > 0, name
-    cfg = yaml.safe_load((workdir / "config.yaml").read_text())["presets"]["smoke"]["leaderboard"]
-    long = {(r["entry"], r["column"]): r for r in _csv(report / "leaderboard_long.csv")}
-    for entry in cfg["methods"]:
-        for r in cfg["noise_ratios"]:
-            assert long[(entry, f"single_noisy r={r:g}")]["seeds"] == "2"
-            for seed in cfg["seeds"]:
-                metrics = json.loads(
-                    (out / f"eval/leaderboard/{entry}_s{seed}/single_noisy/r{r:g}.json").read_text()
-                )
-                assert metrics["noise_ratio"] == r and metrics["answer_gap_examples"] == 8
-    data = [json.loads(x) for x in (out / "data/eval/single_noisy/r0.9/records.jsonl").open()]
-    assert {len(d["documents"]) for d in data} == {10}  # 1 golden + round(1/0.1) - 1 distractors
-    provenance = json.loads((report / "provenance.json").read_text())
-    assert provenance["preset"] == "smoke" and provenance["seeds"] == [0, 1]
-    sft = json.loads((out / "models/leaderboard/sft_s1/method.json").read_text())
-    assert sft["config"]["heads"] == 0
-    for model in ("base", "leaderboard/lkg_s1", "mudaf/mudaf-heads2_s0", "lkg/lkg_s0"):
-        share = json.loads((out / f"attention/{model}.json").read_text())  # every model's
-        assert share["n_documents"] == 10 and share["answer_gap_examples"] > 0, model
-    assert (report / "diag_answer_gap_every_model.png").stat().st_size > 0
-
-
-def _csv(path: Path) -> list[dict]:
-    import csv
-
-    return list(csv.DictReader(path.open()))
-
-
-def test_tables_regenerate_from_the_metric_files_without_any_model(workdir, tmp_path):
-    out = workdir / "results/smoke"
-    models = out / "models"
-    hidden = tmp_path / "models-away"
-    override = tmp_path / "smoke.yaml"
-    override.write_text("preset: smoke\n")
-    models.rename(hidden)  # nothing may load a model or retrain
-    try:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "zoomattn",
-                "regenerate",
-                "--config",
-                "config.yaml",
-                str(override),
-                "--out",
-                str(tmp_path / "again"),
-            ],
-            cwd=workdir,
-            env=_env(workdir),
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    finally:
-        hidden.rename(models)
-    assert done.returncode == 0, done.stderr
-    for name in (
-        "leaderboard.csv",
-        "leaderboard_long.csv",
-        "fidelity.csv",
-        "claims.csv",
-        "diagnostics.csv",
-    ):
-        assert (tmp_path / "again" / name).read_text() == (
-            out / "report/leaderboard" / name
-        ).read_text(), name
-
-
-def _env(workdir: Path) -> dict:
-    return {**os.environ, "PYTHONPATH": str(workdir), "OMP_NUM_THREADS": "1"}
-
-
-def test_snakemake_report_holds_every_reports_figures_and_tables_with_captions(workdir, tmp_path):
-    html = tmp_path / "report.html"
-    snakemake(workdir, "--report", str(html), *SMOKE)
-    text = html.read_text()
-    for name in (
-        "leaderboard.png",
-        "claims.html",
-        "fidelity.html",
-        "diag_head_patterns.png",
-        "table3_cmrr.png",
-        "table4_comparison.html",
-        "table2_ablations.html",
-    ):
-        assert name in text, name
-    commit = json.loads((workdir / "results/smoke/report/leaderboard/provenance.json").read_text())
-    assert "preset <strong>smoke</strong>" in text and commit["commit"] in text
-    assert "(the leaderboard" in text and "0, 1" in text
-
-
-def test_mlflow_tags_filter_one_cell_over_its_seeds(workdir):
-    runs, _ = mlflow_runs(workdir)
-    cell = [r for r in runs if r.data.tags.get("zoomattn.cell") == "leaderboard/lkg"]
-    stages = {(r.data.tags["zoomattn.stage"], r.data.tags["zoomattn.seed"]) for r in cell}
-    assert {("finetune", "0"), ("finetune", "1"), ("evaluate", "0"), ("evaluate", "1")} <= stages
-    assert all(
-        r.data.tags["zoomattn.study"] == "leaderboard"
-        for r in cell
-        if r.data.tags["zoomattn.stage"] in ("finetune", "evaluate")
-    )
-
-
-def test_changing_one_leaderboard_entry_reruns_only_its_jobs_and_the_reports(workdir, tmp_path):
-    override = tmp_path / "board.yaml"
-    raw = yaml.safe_load((workdir / "config.yaml").read_text())
-    raw["presets"]["smoke"]["leaderboard"]["methods"]["rectify"]["xi"] = 5
-    override.write_text(yaml.safe_dump(raw))
-    jobs = planned_jobs(workdir, "--configfile", str(override))
-    assert sorted({r for r, _ in jobs}) == sorted(
-        [
-            "all",
-            "evaluate",
-            "finetune",
-            "attention",
-            "head_patterns",
-            "retrieval_heads",
-            "lkg_report",
-            "mudaf_report",
-            "leaderboard_report",
-        ]
-    )
-    touched = {w.get("trained") or w.get("model") for r, w in jobs if w}
-    assert touched == {"leaderboard/rectify_s0", "leaderboard/rectify_s1"}
