@@ -9,6 +9,8 @@ killed for memory comes back with more.
 
 from __future__ import annotations
 
+from zoomattn.placement import plan
+
 SITE_DEFAULTS = {"account": None, "partition": None, "gpu_partition": None, "gpu_model": None}
 KIND_DEFAULTS = {"gpus": 0, "retries": 0}
 
@@ -22,14 +24,16 @@ def retries(cfg: dict, kind: str) -> int:
 
 
 def rule_resources(cfg: dict, kind: str) -> dict:
-    """Snakemake ``resources`` of a rule kind (``mem_mb`` is a function of the attempt)."""
+    """Snakemake ``resources`` of a rule kind (``mem_mb`` is a function of the attempt). GPUs are
+    what the kind's jobs are planned to use (``placement.plan``): none when ``device: cpu``."""
     r, site = cfg["resources"][kind], cfg["cluster"]
     mem_mb = r["mem_mb"]
     res = {"mem_mb": lambda wildcards, attempt: mem_mb * attempt, "runtime": r["runtime"]}
     partition = site["partition"]
-    if r["gpus"]:
-        res["gpu"] = r["gpus"]
-        res["cpus_per_gpu"] = -(-r["cpus"] // r["gpus"])
+    gpus = plan(cfg, kind).gpus
+    if gpus:
+        res["gpu"] = gpus
+        res["cpus_per_gpu"] = -(-r["cpus"] // gpus)
         if site["gpu_model"]:
             res["gpu_model"] = site["gpu_model"]
         partition = site["gpu_partition"] or partition

@@ -267,6 +267,7 @@ CODE_GROUPS = {
         "training/checkpoint.py",
         "modeling/loading.py",
         "modeling/pretrain.py",
+        "placement.py",
         "stages/models.py",
     ],
     "finetune": [
@@ -276,6 +277,7 @@ CODE_GROUPS = {
         "modeling/*.py",
         "attention/*.py",
         "methods/__init__.py",
+        "placement.py",
         "stages/models.py",
     ],
     "evaluate": [
@@ -288,6 +290,7 @@ CODE_GROUPS = {
         "modeling/boundary.py",
         "attention/*.py",
         "methods/__init__.py",
+        "placement.py",
         "evaluation/*.py",
         "stages/common.py",
         "stages/analysis.py",

@@ -94,10 +94,9 @@ WORDS = sorted(
 )
 
 
-@pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    """The `small` preset pointed at a local Llama-3-style model and local dataset copies."""
-    root = tmp_path_factory.mktemp("paper_scale")
+def small_workflow(root, device: str = "cpu"):
+    """The `small` preset pointed at a local Llama-3-style model and local dataset copies, its
+    model jobs on ``device`` (``cpu`` pins them there; ``auto`` keeps the preset's GPU request)."""
     wd = copy_workflow(root / "wf")
     model_dir, data = root / "llama3", root / "data"
     tok = family_tokenizer("llama3", WORDS)
@@ -161,11 +160,18 @@ def real_run(tmp_path_factory):
         checkpoint_every=2,
     )
     small["finetune"]["lora"]["r"] = 4
-    small["finetune"]["quantization"]["compute_dtype"] = "float32"
+    small["device"] = device
+    if device == "cpu":
+        small["finetune"]["quantization"]["compute_dtype"] = "float32"
     for kind in small["resources"].values():
-        kind.pop("gpus", None)
         kind["cpus"] = 1
     (wd / "config.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    return wd
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    wd = small_workflow(tmp_path_factory.mktemp("paper_scale"))
     snakemake(wd, "-j", "2", "--config", "preset=small")
     return wd
 

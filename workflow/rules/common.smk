@@ -8,6 +8,7 @@ import re
 from zoomattn import grid
 from zoomattn.cluster import retries, rule_resources, threads
 from zoomattn.config import code_hash, is_synthetic
+from zoomattn.placement import plan
 
 RESULTS = CFG["results"]
 OUT = CFG["out"]
@@ -50,6 +51,11 @@ wildcard_constraints:
 
 def as_json(obj):
     return json.dumps(obj, sort_keys=True)
+
+
+def device_spec(kind):
+    """Where a model job of this resource kind runs and in which dtype (zoomattn/placement.py)."""
+    return plan(CFG, kind).as_spec()
 
 
 def world_spec():
@@ -108,7 +114,7 @@ def world_arg(wildcards, input):
 
 def pretrain_spec():
     return {"preset": PRESET, "base_model": CFG["base_model"], "pretrain": CFG["pretrain"],
-            "code": code_hash("pretrain")}
+            "device": device_spec("pretrain"), "code": code_hash("pretrain")}
 
 
 def base_model_spec(base):
@@ -120,7 +126,8 @@ def finetune_spec(model):
     ft = CFG["finetune"] if m.study == "opamp" else \
         {**CFG["finetune"], **CFG[m.study].get("finetune", {}), **m.finetune}
     spec = {"preset": PRESET, "run": model, "seed": m.seed, "method": m.method,
-            "method_config": m.values, "finetune": ft, "code": code_hash("finetune", m.method)}
+            "method_config": m.values, "finetune": ft, "device": device_spec("finetune"),
+            "code": code_hash("finetune", m.method)}
     if m.study != "opamp":
         spec.update(study=m.study, placement=m.placement, base=m.base)
     return spec
@@ -151,7 +158,7 @@ def eval_spec(model, benchmark, split):
     spec = grid.benchmarks(CFG, study)[benchmark]
     out = {"preset": PRESET, "model": model, "benchmark": benchmark, "metric": spec["metric"],
            "split": split, "evaluation": CFG["evaluation"],
-           "quantization": CFG["finetune"]["quantization"],
+           "quantization": CFG["finetune"]["quantization"], "device": device_spec("evaluate"),
            "code": code_hash("evaluate", model_method(model))}
     if study in ("opamp", grid.LEADERBOARD):
         out["noise_ratio"] = float(split[1:])
@@ -167,7 +174,7 @@ def attention_spec(model):
             "noise_ratio": CFG["attention"]["noise_ratio"],
             "answer_gap_examples": CFG["attention"].get("answer_gap_examples"),
             "attention_examples": CFG["evaluation"]["attention_examples"],
-            "quantization": CFG["finetune"]["quantization"],
+            "quantization": CFG["finetune"]["quantization"], "device": device_spec("evaluate"),
             "code": code_hash("evaluate", model_method(model))}
 
 
@@ -184,7 +191,8 @@ def margin_spec(base):
     benchmark, placement = margin_split()
     return {"preset": PRESET, "model": base, "benchmark": benchmark, "placement": placement,
             "examples": RECT["margin_examples"],
-            "quantization": CFG["finetune"]["quantization"], "code": code_hash("evaluate")}
+            "quantization": CFG["finetune"]["quantization"], "device": device_spec("evaluate"),
+            "code": code_hash("evaluate")}
 
 
 def model_dir(model):
@@ -236,7 +244,7 @@ def selection_file(model):
 
 def retrieval_heads_spec(model):
     return {"preset": PRESET, "model": model, "retrieval_heads": MUDAF["retrieval_heads"],
-            "quantization": CFG["finetune"]["quantization"],
+            "quantization": CFG["finetune"]["quantization"], "device": device_spec("evaluate"),
             "code": code_hash("evaluate", model_method(model))}
 
 
@@ -245,6 +253,7 @@ def masking_spec(model):
     return {"preset": PRESET, "model": model, "benchmark": benchmark,
             "metric": MUDAF["benchmarks"][benchmark]["metric"], "masking": MUDAF["masking"],
             "evaluation": CFG["evaluation"], "quantization": CFG["finetune"]["quantization"],
+            "device": device_spec("evaluate"),
             "code": code_hash("evaluate", model_method(model))}
 
 
@@ -274,7 +283,7 @@ def patterns_split():
 
 def head_patterns_spec(model):
     return {"preset": PRESET, "model": model, "head_patterns": LKG["head_patterns"],
-            "quantization": CFG["finetune"]["quantization"],
+            "quantization": CFG["finetune"]["quantization"], "device": device_spec("evaluate"),
             "code": code_hash("evaluate", model_method(model))}
 
 

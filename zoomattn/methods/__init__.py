@@ -48,7 +48,11 @@ class Method:
         return importlib.import_module(f"zoomattn.methods.{self.name}.model")
 
     def attach(self, model, cfg) -> None:
+        """Hang the method's modules on ``model``, on the base's device in the stated dtype."""
+        from zoomattn.placement import place_method_modules
+
         self._model_module().attach(model, cfg)
+        place_method_modules(model)
 
     def objective(self, values: dict):
         """The method's extra training term, or None (the answer loss alone). An objective has

@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 import zoomattn.attention.interface as attn_interface
 from zoomattn.methods import METHODS
 from zoomattn.modeling.hub import BASE_FILE, weights_path
+from zoomattn.placement import CPU, Placement, report
 
 ZOOM_FILE = "zoom_modules.safetensors"
 MERGED_DIR = "merged"
@@ -38,17 +39,20 @@ def quantization_config(q: dict | None) -> BitsAndBytesConfig | None:
     )
 
 
-def load_base(path: str | Path, quantization: dict | None = None):
-    """from_pretrained with our attention implementation; 4-bit when quantization is set. A base
+def load_base(path: str | Path, quantization: dict | None = None, placement: Placement = CPU):
+    """from_pretrained with our attention implementation, on the placement's device (the CPU
+    unless a job's spec says otherwise); 4-bit when quantization is set, else in the placement's
+    dtype. The method modules attached later follow (``placement.place_method_modules``). A base
     directory prepared from a hub model (modeling/hub.py) loads the snapshot it recorded."""
     qc = quantization_config(quantization)
     model = AutoModelForCausalLM.from_pretrained(
         weights_path(path),
         attn_implementation=attn_interface.NAME,
         quantization_config=qc,
-        dtype=torch.float32 if qc is None else qc.bnb_4bit_compute_dtype,
-        device_map="cuda" if torch.cuda.is_available() else "cpu",
+        dtype=placement.torch_dtype() if qc is None else qc.bnb_4bit_compute_dtype,
+        device_map=placement.torch_device(),
     )
+    model.zoomattn_dtype = placement.torch_dtype()
     return model
 
 
@@ -71,21 +75,27 @@ def zoom_state(model) -> dict[str, torch.Tensor]:
 
 
 def build_trainable(
-    base_path, method_name: str, method_values: dict, lora: dict, quantization: dict | None
+    base_path,
+    method_name: str,
+    method_values: dict,
+    lora: dict,
+    quantization: dict | None,
+    placement: Placement = CPU,
 ):
     """Base (4-bit) + the method's attention modules (unquantised, trained) + LoRA; with
-    ``tuning: full`` the full-precision base + the method's modules, every parameter trained."""
+    ``tuning: full`` the unquantised base + the method's modules, every parameter trained."""
     method = METHODS[method_name]
     if method.tuning(method_values) == "full":
-        model = load_base(base_path)
+        model = load_base(base_path, placement=placement)
         method.attach(model, method.make_config(method_values))
         for p in model.parameters():
             p.requires_grad_(True)
+        report(model)
         return model
 
     from peft import LoraConfig, get_peft_model  # peft imports bitsandbytes: load only when used
 
-    model = load_base(base_path, quantization)
+    model = load_base(base_path, quantization, placement)
     method.attach(model, method.make_config(method_values))
     model = get_peft_model(
         model,
@@ -101,6 +111,7 @@ def build_trainable(
     for name, p in model.named_parameters():
         if ".zoom." in name:
             p.requires_grad_(True)
+    report(model)
     return model
 
 
@@ -143,11 +154,19 @@ def save_finetuned(model, out_dir: Path, method_name: str, method_values: dict) 
     _save_zoom(model, out_dir, method_name, method_values)
 
 
-def export_merged(model, base_path, out_dir: Path, method_name: str, method_values: dict) -> None:
-    """An evaluation copy without peft or bitsandbytes: fp32 weights W = dequant(W_4bit) + ΔW_LoRA.
+def export_merged(
+    model,
+    base_path,
+    out_dir: Path,
+    method_name: str,
+    method_values: dict,
+    placement: Placement = CPU,
+) -> None:
+    """An evaluation copy without peft or bitsandbytes: W = dequant(W_4bit) + ΔW_LoRA, in the
+    placement's dtype (fp32 on the CPU).
 
-    These are the weights the 4-bit layers compute with on CPU, so the copy is the trained model up
-    to float rounding (tested); loading it skips the ~8 s import of peft and bitsandbytes.
+    These are the weights the 4-bit layers compute with, so the copy is the trained model up to
+    float rounding (tested); loading it skips the ~8 s import of peft and bitsandbytes.
     """
     import bitsandbytes as bnb
     from peft.tuners.lora import LoraLayer
@@ -169,7 +188,7 @@ def export_merged(model, base_path, out_dir: Path, method_name: str, method_valu
         if isinstance(module, LoraLayer):
             dense = dense + module.get_delta_weight("default")
         weights[name] = dense.float()
-    merged = load_base(base_path)
+    merged = load_base(base_path, placement=placement)
     with torch.no_grad():
         for name, dense in weights.items():
             merged.get_submodule(name).weight.copy_(dense)
@@ -177,32 +196,40 @@ def export_merged(model, base_path, out_dir: Path, method_name: str, method_valu
     _save_zoom(model, out_dir, method_name, method_values)
 
 
-def load_finetuned(model_dir: str | Path, base_path, quantization: dict | None):
+def load_finetuned(
+    model_dir: str | Path, base_path, quantization: dict | None, placement: Placement = CPU
+):
     """Rebuild base + method + LoRA from a fine-tuned directory, exactly as trained."""
     from peft import PeftModel
 
     model_dir = Path(model_dir)
-    model = PeftModel.from_pretrained(load_base(base_path, quantization), model_dir)
+    model = PeftModel.from_pretrained(load_base(base_path, quantization, placement), model_dir)
     _attach_saved_zoom(unwrap(model), model_dir)
     return model.eval()
 
 
-def load_merged(merged_dir: str | Path):
-    model = load_base(merged_dir)
+def load_merged(merged_dir: str | Path, placement: Placement = CPU):
+    model = load_base(merged_dir, placement=placement)
     _attach_saved_zoom(model, Path(merged_dir))
     return model.eval()
 
 
-def load_for_eval(model_dir: str | Path, base_dir: str | Path, quantization: dict | None):
+def load_for_eval(
+    model_dir: str | Path, base_dir: str | Path, quantization: dict | None, placement=CPU
+):
     """The base itself, a fine-tuned model's merged evaluation copy, a fully tuned model (plain
-    weights + method.json, in full precision as trained), or base + LoRA + method."""
+    weights + method.json, unquantised as trained), or base + LoRA + method; on the placement's
+    device, reported to the job's log and MLflow run."""
     model_dir = Path(model_dir)
     if model_dir.resolve() == Path(base_dir).resolve():
-        # A hub base is evaluated as fine-tuning sees it (4-bit); our tiny base in full precision.
+        # A hub base is evaluated as fine-tuning sees it (4-bit); our tiny base unquantised.
         from_hub = (model_dir / BASE_FILE).is_file()
-        return load_base(base_dir, quantization if from_hub else None).eval()
-    if (model_dir / MERGED_DIR).exists():
-        return load_merged(model_dir / MERGED_DIR)
-    if (model_dir / "config.json").is_file() and not (model_dir / ADAPTER_FILE).exists():
-        return load_merged(model_dir)
-    return load_finetuned(model_dir, base_dir, quantization)
+        model = load_base(base_dir, quantization if from_hub else None, placement).eval()
+    elif (model_dir / MERGED_DIR).exists():
+        model = load_merged(model_dir / MERGED_DIR, placement)
+    elif (model_dir / "config.json").is_file() and not (model_dir / ADAPTER_FILE).exists():
+        model = load_merged(model_dir, placement)
+    else:
+        model = load_finetuned(model_dir, base_dir, quantization, placement)
+    report(model)
+    return model

@@ -18,6 +18,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from zoomattn.data.tasks import closed_book, single_doc
 from zoomattn.data.world import ATTRIBUTES, Fact, FactSampler, World
+from zoomattn.placement import CPU, Placement
 from zoomattn.training.batching import IGNORE, encode_example, pad_batch
 from zoomattn.training.checkpoint import Checkpointer
 
@@ -105,7 +106,9 @@ def teacher_forced_em(model, tok, records: list[dict], batch_size: int = 64) -> 
     hits = 0
     for i in range(0, len(records), batch_size):
         batch = pad_batch(
-            [encode_example(tok, r) for r in records[i : i + batch_size]], tok.pad_token_id
+            [encode_example(tok, r) for r in records[i : i + batch_size]],
+            tok.pad_token_id,
+            model.device,
         )
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         pred, gold = logits[:, :-1].argmax(-1), batch["labels"][:, 1:]
@@ -139,10 +142,13 @@ def pretrain(
     ckpt_dir: Path,
     threads: int,
     on_metrics=lambda metrics, step: None,
+    placement: Placement = CPU,
 ) -> dict:
+    """Train the base from scratch, in fp32 on the placement's device."""
     torch.manual_seed(p["seed"])
     torch.set_num_threads(threads)
-    model = LlamaForCausalLM(llama_config(len(tok), model_cfg, tok))
+    device = placement.torch_device()
+    model = LlamaForCausalLM(llama_config(len(tok), model_cfg, tok)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=p["lr"], weight_decay=0.0)
     ckpt = Checkpointer(ckpt_dir, p["checkpoint_every"])
     step, extra = ckpt.restore(model, optimizer)
@@ -154,6 +160,7 @@ def pretrain(
     while copy_end is None or step < copy_end + p["mix_steps"]:
         phase = "copy" if copy_end is None else "mix"
         batch = batch_at(world, tok, p["seed"], step, phase, p)
+        batch = {k: v.to(device) for k, v in batch.items()}
         loss = model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -11,12 +11,14 @@ def load_model(spec: dict, model_dir: Path, base_dir: Path, threads: int):
     import torch
 
     from zoomattn.modeling.loading import load_for_eval, load_tokenizer
+    from zoomattn.placement import Placement
 
     torch.manual_seed(0)
     torch.set_num_threads(threads)
     own = (Path(model_dir) / "tokenizer_config.json").is_file()
     tok = load_tokenizer(model_dir if own else base_dir)
-    return load_for_eval(model_dir, base_dir, spec["quantization"]), tok
+    placement = Placement.from_spec(spec.get("device"))
+    return load_for_eval(model_dir, base_dir, spec["quantization"], placement), tok
 
 
 def clear_checkpoints(ckpt: Path) -> None:

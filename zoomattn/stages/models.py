@@ -20,13 +20,22 @@ def pretrain(
     from zoomattn.io import atomic_dir
     from zoomattn.modeling.loading import load_tokenizer
     from zoomattn.modeling.pretrain import pretrain as run_pretrain
+    from zoomattn.placement import Placement
 
     with job_run(spec, "pretrain", "base", results) as run, atomic_dir(out) as tmp:
         t0 = time.time()
         world_ = World.load(world_dir / "world.json")
         tok = load_tokenizer(world_dir / "tokenizer")
         metrics = run_pretrain(
-            world_, tok, spec["base_model"], spec["pretrain"], tmp, ckpt, threads, run.log_metrics
+            world_,
+            tok,
+            spec["base_model"],
+            spec["pretrain"],
+            tmp,
+            ckpt,
+            threads,
+            run.log_metrics,
+            Placement.from_spec(spec.get("device")),
         )
         write_json(tmp / "metrics.json", metrics)
         run.log_metrics({"wall_seconds": time.time() - t0})

@@ -25,6 +25,7 @@ from zoomattn.modeling.loading import (
     load_tokenizer,
     save_finetuned,
 )
+from zoomattn.placement import Placement
 from zoomattn.training.batching import encode_example, pad_batch, scored_tokens
 from zoomattn.training.checkpoint import Checkpointer
 
@@ -128,8 +129,9 @@ def finetune(
         raise ValueError(f"{data_dir}: no training example fits finetune.max_length")
     lengths = [len(e["input_ids"]) for e in encoded]
     objective = method.objective(cell["method_config"])
+    placement = Placement.from_spec(cell.get("device"))
     model = build_trainable(
-        base_dir, cell["method"], cell["method_config"], ft["lora"], ft["quantization"]
+        base_dir, cell["method"], cell["method_config"], ft["lora"], ft["quantization"], placement
     )
     if ft.get("gradient_checkpointing"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -181,7 +183,9 @@ def finetune(
         tok.save_pretrained(out_dir)
     if ft.get("export_merged") and not is_full(model):  # a fully tuned model is already plain
         model.eval()
-        export_merged(model, base_dir, out_dir / MERGED_DIR, cell["method"], cell["method_config"])
+        export_merged(
+            model, base_dir, out_dir / MERGED_DIR, cell["method"], cell["method_config"], placement
+        )
         if own_tokenizer:
             tok.save_pretrained(out_dir / MERGED_DIR)
     return {"steps": step, "trainable_params": n_trainable, "dropped_too_long": dropped}
