@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
+from zoomattn.placement import Placement
+
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 ENV_EXPERIMENT = "ZOOMATTN_MLFLOW_EXPERIMENT_ID"
@@ -35,6 +37,7 @@ PACKAGES = [
     "numpy",
 ]
 ROOT = Path(__file__).resolve().parent.parent
+SYSTEM_METRICS_SECONDS = 5  # GPU jobs' sampling interval of MLflow's system metrics
 
 
 def tracking_uri(results: str | Path) -> str:
@@ -172,11 +175,19 @@ def job_run(spec: dict, stage: str, name: str, results: str | Path) -> Iterator[
         tags["zoomattn.cell"], tags["zoomattn.seed"] = model.rsplit("_s", 1)
     if os.environ.get("SLURM_JOB_ID"):  # find the cluster job (sacct, logs) of a run
         tags["zoomattn.slurm_job_id"] = os.environ["SLURM_JOB_ID"]
+    on_gpu = False
+    if "device" in spec:  # a model job: where it was planned to run (what ran: placement.report)
+        placement = Placement.from_spec(spec["device"])
+        tags["zoomattn.placement"] = f"{placement.device}/{placement.dtype}"
+        on_gpu = placement.device == "cuda"
+    if on_gpu:  # GPU utilisation and memory in the UI: an idle or saturated card shows
+        mlflow.set_system_metrics_sampling_interval(SYSTEM_METRICS_SECONDS)
     with mlflow.start_run(
         experiment_id=exp_id,
         run_name=f"{stage}:{name}",
         tags=tags,
         parent_run_id=os.environ.get(ENV_PARENT) or None,
+        log_system_metrics=on_gpu,
     ):
         params = flatten(spec)
         params.update({f"version.{k}": v for k, v in package_versions().items()})
