@@ -11,38 +11,51 @@ from pathlib import Path
 
 import pytest
 
+from zoomattn import worker
 from zoomattn.config import ROOT
 from zoomattn.worker import ENV_WORKER, run_in_worker
 
 CLIENT = "import sys; from zoomattn.worker import run_in_worker; sys.exit(run_in_worker(sys.argv))"
+# As zoomattn.__main__.main: the job runs here when no worker takes it.
+CLIENT_OR_HERE = (
+    "import sys; from zoomattn.worker import run_in_worker; from tests.worker_entry import echo; "
+    "code = run_in_worker(sys.argv); sys.exit(code) if code is not None else echo(sys.argv[1:])"
+)
 
 
 @pytest.fixture
 def server(tmp_path):
-    """A server with nothing preloaded whose children run tests/worker_entry.py functions."""
+    """Start a server whose children run a tests/worker_entry.py function, with nothing preloaded
+    unless asked (None: the real preload), after ``prelude`` (Python code); its stdout goes to
+    worker.log. Return its socket path and process once it serves, or once it exited."""
     path = str(tmp_path / "w.sock")
-
-    def start(entry: str):
-        code = f"from zoomattn.worker import serve; serve({path!r}, (), {entry!r})"
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        proc = subprocess.Popen([sys.executable, "-c", code], env=env)
-        for _ in range(100):
-            if os.path.exists(path):
-                return path, proc
-            time.sleep(0.1)
-        raise AssertionError("worker did not start")
-
     procs = []
-    yield lambda entry: procs.append(start(entry)) or procs[-1][0]
-    for _, proc in procs:
+
+    def start(entry: str, preload=(), prelude: str = "", timeout: float = 10.0):
+        code = (
+            f"{prelude}\nfrom zoomattn.worker import serve; serve({path!r}, {preload!r}, {entry!r})"
+        )
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+        with open(tmp_path / "worker.log", "w") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        procs.append(proc)
+        started = _wait_for(lambda: os.path.exists(path) or proc.poll() is not None, timeout)
+        assert started, "worker did not start"
+        return path, proc
+
+    yield start
+    for proc in procs:
         proc.terminate()
         proc.wait(timeout=10)
         assert not os.path.exists(path), "a stopped server removes its socket"
 
 
-def client(path: str, *args: str, **kw) -> subprocess.Popen:
+def client(path: str, *args: str, code: str = CLIENT, **kw) -> subprocess.Popen:
     env = {**os.environ, ENV_WORKER: path, "ZOOMATTN_TEST_VALUE": "from-client"}
-    return subprocess.Popen([sys.executable, "-c", CLIENT, *args], env=env, **kw)
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.Popen([sys.executable, "-c", code, *args], env=env, **kw)
 
 
 def _alive(pid: int) -> bool:
@@ -62,20 +75,28 @@ def _wait_for(predicate, seconds: float = 10.0) -> bool:
     return False
 
 
-def test_a_job_in_the_worker_gets_the_clients_argv_env_cwd_stdio_and_exit_code(server, tmp_path):
-    path = server("tests.worker_entry:echo")
+def _echo_job(path: str, tmp_path: Path, code: str = CLIENT) -> str:
+    """Run the echo job through ``path``, check what it printed and its exit code; return the
+    rest of its stderr."""
     cwd = tmp_path / "here"
     cwd.mkdir()
     with open(tmp_path / "out.log", "w") as out, open(tmp_path / "err.log", "w") as err:
-        done = client(path, "3", "hello", cwd=cwd, stdout=out, stderr=err).wait(timeout=30)
-    assert done == 3
+        done = client(path, "3", "hello", code=code, cwd=cwd, stdout=out, stderr=err)
+        assert done.wait(timeout=30) == 3
     assert (tmp_path / "out.log").read_text() == f"3 hello from-client {cwd}\n"
-    assert (tmp_path / "err.log").read_text() == "to stderr\n"
+    err = (tmp_path / "err.log").read_text()
+    assert err.endswith("to stderr\n")
+    return err.removesuffix("to stderr\n")
+
+
+def test_a_job_in_the_worker_gets_the_clients_argv_env_cwd_stdio_and_exit_code(server, tmp_path):
+    path, _ = server("tests.worker_entry:echo")
+    assert _echo_job(path, tmp_path) == ""
 
 
 def _sleeping_job(server, tmp_path) -> tuple[subprocess.Popen, int]:
     """A client whose job sleeps in the worker, and the pid of the child running that job."""
-    path = server("tests.worker_entry:sleep")
+    path, _ = server("tests.worker_entry:sleep")
     pid_file = tmp_path / "pid"
     job = client(path, str(pid_file))
     assert _wait_for(pid_file.exists)
@@ -103,3 +124,60 @@ def test_without_a_server_a_job_runs_in_its_own_process(monkeypatch, tmp_path):
     Path(tmp_path / "stale.sock").write_text("")  # a socket file nobody listens on
     monkeypatch.setenv(ENV_WORKER, str(tmp_path / "stale.sock"))
     assert run_in_worker(["x"]) is None
+
+
+def test_the_server_preloads_nothing_that_asks_the_gpu(server, tmp_path):
+    """A child forked after its parent initialised CUDA cannot use it: on a GPU machine, every
+    job run through the server would fail. Here torch pretends to be a CUDA build with a card,
+    and records every call that would ask it something, while the server preloads what it does
+    on a GPU machine (peft would: it imports bitsandbytes, which asks the card's capability)."""
+    record = tmp_path / "cuda-calls.txt"
+    prelude = f"from tests.worker_entry import pretend_cuda; pretend_cuda({str(record)!r})"
+    path, _ = server(worker.ENTRY, preload=None, prelude=prelude, timeout=180)
+    assert not record.exists(), "a preloaded module asked the GPU:\n" + record.read_text()
+    assert os.path.exists(path), (tmp_path / "worker.log").read_text()
+
+
+def test_without_cuda_in_torch_the_server_preloads_peft_too(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert worker.preload_list() == worker.PRELOAD + ("peft",)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    assert worker.preload_list() == worker.PRELOAD
+
+
+TOUCHES_CUDA = {
+    "initialised": "import torch\ntorch.cuda.is_initialized = lambda: True\n",
+    # what cudaGetDeviceCount leaves: forked children are marked, CUDA is not initialised
+    "asked-the-driver": (
+        "import os, torch\nserver = os.getpid()\n"
+        "torch.cuda._is_in_bad_fork = lambda: os.getpid() != server\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("touch", TOUCHES_CUDA.values(), ids=TOUCHES_CUDA.keys())
+def test_a_server_whose_preload_touched_cuda_does_not_serve_and_jobs_run_anyway(
+    server, tmp_path, touch
+):
+    (tmp_path / "touches_cuda.py").write_text(touch)
+    path, proc = server("tests.worker_entry:echo", preload=("touches_cuda",))
+    assert proc.wait(timeout=10) == 0
+    assert "not serving" in (tmp_path / "worker.log").read_text()
+    assert not os.path.exists(path)
+    assert _echo_job(path, tmp_path, CLIENT_OR_HERE) == ""  # in the client's own process
+
+
+def test_a_child_that_cannot_use_cuda_hands_its_job_back_and_stops_the_server(server, tmp_path):
+    touched = tmp_path / "touched"
+    (tmp_path / "touches_cuda_later.py").write_text(
+        f"import os, torch\ntorch.cuda._is_in_bad_fork = lambda: os.path.exists({str(touched)!r})\n"
+    )
+    path, proc = server("tests.worker_entry:echo", preload=("touches_cuda_later",))
+    assert os.path.exists(path)
+    touched.touch()  # as if the server had touched CUDA once serving
+    assert "the worker touched CUDA" in _echo_job(path, tmp_path, CLIENT_OR_HERE)
+    assert proc.wait(timeout=10) == 0
+    assert not os.path.exists(path)

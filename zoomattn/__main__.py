@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from zoomattn.gpus import claim_for_spec
+
 # bitsandbytes wraps its CPU 4-bit ops in torch.compile; compiling them costs ~6 s in every job
 # process and changed no prediction in our runs (measured). Set TORCHDYNAMO_DISABLE=0 to compile.
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
@@ -133,6 +135,7 @@ def run_stage(argv: list[str]) -> None:
         tracking.end_parent(args["results"], args["run_id"], ok=not args["failed"])
         return
     args["spec"] = json.loads(args["spec"])
+    claim_for_spec(args["spec"])  # before the stage can initialise CUDA, which reads the cards once
     getattr(stages, stage.replace("-", "_"))(**args)
 
 

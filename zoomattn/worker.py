@@ -8,6 +8,10 @@ working directory and stdin/stdout/stderr, forwards signals to the child and exi
 The child is the job: it writes to the job's log, reads the job's environment, and dies with its
 client (killing the client kills the job). With no server, or on a cluster where
 ``ZOOMATTN_WORKER`` is unset, a job runs in its own process as before.
+
+A child forked after its parent initialised CUDA cannot use CUDA ("Cannot re-initialize CUDA in
+forked subprocess"), so the server never touches the GPU: it preloads nothing that does, and if a
+preloaded module did all the same, it does not serve (its jobs then run in their own processes).
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ PRELOAD = (
     "torch",
     "transformers.modeling_utils",
     "transformers.models.llama.modeling_llama",
-    "peft",
     "datasets",
     "mlflow",
     "mlflow.store.tracking.sqlalchemy_store",
@@ -44,6 +47,9 @@ PRELOAD = (
     "zoomattn.reporting.build",
     "zoomattn.data.build",
 )
+# peft imports bitsandbytes, which asks each GPU for its compute capability at import
+# (bitsandbytes/cuda_specs.py): that initialises CUDA. Only a torch built without CUDA is safe.
+PRELOAD_WITHOUT_CUDA = ("peft",)
 
 
 def start(python: str, log: str) -> subprocess.Popen:
@@ -119,7 +125,7 @@ def run_in_worker(argv: list[str]) -> int | None:
     return done["exit"]
 
 
-def _child(conn: socket.socket, fds: list[int], request: dict, entry) -> None:
+def _child(conn: socket.socket, fds: list[int], request: dict, entry, server_pid: int) -> None:
     """In the forked child: become the job, run it, report its exit status, exit."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
@@ -130,6 +136,17 @@ def _child(conn: socket.socket, fds: list[int], request: dict, entry) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = request["argv"]
+    import torch
+
+    if torch.cuda._is_in_bad_fork():  # the server touched CUDA after all: never fail the job for it
+        print(
+            "zoomattn worker: the worker touched CUDA, so its children cannot use it;"
+            " the job runs in its own process and the worker stops",
+            file=sys.stderr,
+            flush=True,
+        )
+        os.kill(server_pid, signal.SIGTERM)
+        os._exit(1)  # the client, told no pid, runs the job itself
     _send(conn, {"pid": os.getpid()})
 
     def die_with_client():
@@ -143,8 +160,6 @@ def _child(conn: socket.socket, fds: list[int], request: dict, entry) -> None:
     threading.Thread(target=die_with_client, daemon=True).start()
     code = 1
     try:
-        import torch
-
         if "OMP_NUM_THREADS" in os.environ:  # what a fresh process would start with
             torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
         entry(sys.argv[1:])
@@ -167,18 +182,51 @@ def _child(conn: socket.socket, fds: list[int], request: dict, entry) -> None:
 ENTRY = "zoomattn.__main__:run_stage"
 
 
-def serve(path: str, preload: tuple[str, ...] = PRELOAD, entry: str = ENTRY) -> None:
-    """Preload the job stack, then fork a child per client until SIGTERM or the parent exits.
+def preload_list() -> tuple[str, ...]:
+    """What the server preloads: PRELOAD, and peft too where torch was built without CUDA."""
+    import torch
 
-    Each child runs ``entry`` (``module:function``) on the client's arguments.
+    cpu_only = torch.version.cuda is None and torch.version.hip is None
+    return PRELOAD + PRELOAD_WITHOUT_CUDA if cpu_only else PRELOAD
+
+
+def _why_children_cannot_use_cuda() -> str | None:
+    """What made a child forked now unable to use CUDA, or None if it can."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    if torch.cuda.is_initialized():
+        return "a preloaded module initialised CUDA"
+    # Asking the driver (cudaGetDeviceCount) without initialising CUDA breaks forks just the same;
+    # only a forked child tells.
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0:
+        return "a preloaded module asked the CUDA driver"
+    return None
+
+
+def serve(path: str, preload: tuple[str, ...] | None = None, entry: str = ENTRY) -> None:
+    """Preload the job stack (``preload_list()`` by default), then fork a child per client until
+    SIGTERM or the parent exits.
+
+    Each child runs ``entry`` (``module:function``) on the client's arguments. A server whose
+    preload touched CUDA does not serve, so that every job, GPU or not, runs in its own process.
     """
     os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+    # torch.cuda.is_available() then asks NVML, which leaves CUDA alone, instead of the driver.
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     t0 = time.time()
-    for name in preload:
+    for name in preload_list() if preload is None else preload:
         importlib.import_module(name)
     module, function = entry.split(":")
     run = getattr(importlib.import_module(module), function)
-    parent = os.getppid()
+    why = _why_children_cannot_use_cuda()
+    if why:
+        print(f"zoomattn worker: not serving: {why}; jobs run in their own processes", flush=True)
+        return
+    parent, server_pid = os.getppid(), os.getpid()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = f"{path}.{os.getpid()}"
     server.bind(tmp)
@@ -210,7 +258,7 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, entry: str = ENTRY) -> 
             print(f"zoomattn worker: job {stage} {request['cwd']}", flush=True)
             if os.fork() == 0:
                 server.close()
-                _child(conn, fds, request, run)
+                _child(conn, fds, request, run, server_pid)
             for fd in fds:
                 os.close(fd)
             conn.close()
