@@ -11,6 +11,7 @@ MuDAF) trains every parameter of the unquantised base and is saved as a plain tr
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -85,8 +86,8 @@ def build_trainable(
     """Base (4-bit) + the method's attention modules (unquantised, trained) + LoRA; with
     ``tuning: full`` the unquantised base + the method's modules, every parameter trained."""
     method = METHODS[method_name]
-    if method.tuning(method_values) == "full":
-        model = load_base(base_path, placement=placement)
+    if method.tuning(method_values) == "full":  # fp32 master weights: bf16 would drop small steps
+        model = load_base(base_path, placement=replace(placement, dtype="float32"))
         method.attach(model, method.make_config(method_values))
         for p in model.parameters():
             p.requires_grad_(True)
