@@ -158,3 +158,9 @@ def test_the_default_placement_is_the_cpu_in_fp32_whatever_the_machine(base_dir)
     model = load_base(base_dir)
     weight = model.get_input_embeddings().weight
     assert weight.device.type == "cpu" and weight.dtype == torch.float32
+
+
+def test_a_full_fine_tune_keeps_fp32_master_weights_under_a_bf16_placement(base_dir):
+    values = {"heads": 0, "tuning": "full"}
+    model = build_trainable(base_dir, "mudaf", values, None, None, Placement("cpu", "bfloat16"))
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
