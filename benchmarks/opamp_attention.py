@@ -49,8 +49,8 @@ def _setup(n: int, heads: int, kv_heads: int, head_dim: int, adapter_dim: int, t
     layer = OpAmpAttention(heads, kv_heads, head_dim, OpAmpConfig(10.0, adapter_dim, 1, 0.0))
     fns = {
         "sdpa": lambda: sdpa(q, k, v),
-        "opamp_fused": lambda: layer(q, k, v, lean=True),
-        "opamp_fused_autograd": lambda: layer(q, k, v, lean=False),
+        "opamp_fused": lambda: layer(q, k, v, path="lean"),
+        "opamp_fused_autograd": lambda: layer(q, k, v, path="plain"),
         "opamp_materialised": lambda: layer.materialised(q, k, v),
     }
     tensors = (q, k, v, *layer.parameters())

@@ -7,6 +7,7 @@ from transformers import AutoModelForCausalLM
 from tests.attention.test_math import _qkv, left_padding_mask
 from zoomattn.attention.interface import attention_modules, recording_last_row
 from zoomattn.attention.math import attention_probs
+from zoomattn.attention.two_branch import PATHS
 from zoomattn.methods import METHODS, cells
 from zoomattn.methods.opamp.config import OpAmpConfig
 from zoomattn.methods.opamp.model import OpAmpAttention, adapted_layers, attach
@@ -23,20 +24,20 @@ def _randomise_adapters(module: torch.nn.Module, seed: int = 0) -> None:
 def test_gains_follow_the_cmrr(K):
     a_c, a_d = OpAmpConfig(K=K).gains()
     assert (a_c, a_d) == ((0.0, 1.0) if math.isinf(K) else (1.0, K))
-    w_plus, w_minus = OpAmpConfig(K=K).branch_weights()
-    assert w_plus + w_minus == pytest.approx(a_c)  # rows of M̄ sum to A_c
+    assert OpAmpConfig(K=K).mode_gains() == (a_c / 2, a_d)  # rows of M̄ sum to 2·(A_c/2) = A_c
 
 
 @pytest.mark.parametrize("block", [None, 3])
-@pytest.mark.parametrize("lean", [True, False])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("K", [5.0, math.inf])
 @pytest.mark.parametrize("padded", [False, True])
 def test_fused_opamp_equals_materialised_formula_values_and_gradients(
-    K, padded, dtype, lean, block
+    K, padded, dtype, path, block
 ):
-    """Both fused paths: the memory-lean autograd function (CPU training) and plain autograd
-    through two SDPA calls, whole and in query/key blocks of 3 (7 positions: blocks 3, 3, 1;
+    """Every fused path: the memory-lean autograd function (CPU training), the recomputing one
+    (training on CUDA) and plain autograd through two SDPA calls, whole and in query/key blocks
+    of 3 (7 positions: blocks 3, 3, 1;
     in the left-padded row the first block is all padding). float64 checks the identity
     itself; float32 checks values (its gradients differ by float32 rounding amplified by the
     A_d·(M⁺ − M⁻) cancellation)."""
@@ -50,7 +51,7 @@ def test_fused_opamp_equals_materialised_formula_values_and_gradients(
     mask = left_padding_mask([7, 4], 7) if padded else None
     rows = slice(3, None)  # queries that are real tokens in both rows of the batch
     outs, grads = [], []
-    for fn in (lambda *a: layer(*a, lean=lean), layer.materialised):
+    for fn in (lambda *a: layer(*a, path=path), layer.materialised):
         out = fn(q, k, v, mask)[:, :, rows]
         g = torch.autograd.grad(out.pow(2).sum(), [q, k, v, *layer.parameters()])
         outs.append(out)
@@ -62,18 +63,19 @@ def test_fused_opamp_equals_materialised_formula_values_and_gradients(
 
 
 @pytest.mark.parametrize("block", [None, 3])
-def test_lean_backward_replays_the_forwards_dropout_masks(block):
-    """The lean path recomputes the adapters in backward, block by block; with dropout on, its
-    gradients match plain autograd's only if it replays the forward's random masks (and it
-    leaves the RNG as plain autograd does)."""
+@pytest.mark.parametrize("path", ["lean", "recompute"])
+def test_training_paths_replay_the_forwards_dropout_masks(block, path):
+    """The lean and recompute paths run the adapters again in backward; with dropout on, their
+    gradients match plain autograd's only if they replay the forward's random masks (and they
+    leave the RNG as plain autograd does)."""
     layer = OpAmpAttention(4, 2, 8, OpAmpConfig(5.0, 6, dropout=0.5)).double().train()
     layer.query_block = block
     _randomise_adapters(layer)
     q, k, v = (t.double().requires_grad_(True) for t in _qkv())
     results = []
-    for lean in (True, False):
+    for run_path in (path, "plain"):
         torch.manual_seed(3)
-        out = layer(q, k, v, lean=lean)
+        out = layer(q, k, v, path=run_path)
         grads = torch.autograd.grad(out.pow(2).sum(), [q, k, v, *layer.parameters()])
         results.append((out, grads, torch.get_rng_state()))
     (out_a, grads_a, rng_a), (out_b, grads_b, rng_b) = results
@@ -126,8 +128,9 @@ def test_last_row_probe_is_the_signed_opamp_row_summing_to_common_mode_gain(K):
     q, k, _ = _qkv()
     mask = left_padding_mask([7, 5], 7)
     (q1, k1), (q2, k2) = layer.branches(q, k)
-    w_plus, w_minus = cfg.branch_weights()
-    m_bar = w_plus * attention_probs(q1, k1, mask) + w_minus * attention_probs(q2, k2, mask)
+    a_c, a_d = cfg.gains()
+    m_plus, m_minus = attention_probs(q1, k1, mask), attention_probs(q2, k2, mask)
+    m_bar = a_d * (m_plus - m_minus) + a_c / 2 * (m_plus + m_minus)
     row = layer(q, k, None, mask, last_row=True)
     torch.testing.assert_close(row, m_bar[:, :, -1], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(row.sum(-1), torch.full((2, 4), cfg.gains()[0]), atol=1e-5, rtol=0)

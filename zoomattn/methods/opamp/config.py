@@ -17,7 +17,8 @@ class OpAmpConfig:
         """(A_c, A_d): A_c = 1, A_d = K; for K = inf, A_c = 0 and A_d = 1."""
         return (0.0, 1.0) if math.isinf(self.K) else (1.0, float(self.K))
 
-    def branch_weights(self) -> tuple[float, float]:
-        """Weights of M⁺V and M⁻V in M̄V: (A_d + A_c/2, A_c/2 − A_d)."""
+    def mode_gains(self) -> tuple[float, float]:
+        """(A_c/2, A_d): the weights of the common mode M⁺V + M⁻V and of the differential mode
+        M⁺V − M⁻V in M̄V (Eq. 14's form, exact in any dtype when M⁺ = M⁻)."""
         a_c, a_d = self.gains()
-        return a_d + a_c / 2, a_c / 2 - a_d
+        return a_c / 2, a_d
