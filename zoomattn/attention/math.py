@@ -1,6 +1,11 @@
 """Attention math shared by every method: fused SDPA, the materialised reference, last-row probes
 (the two-branch fused form of OpAmp-like methods is in ``two_branch``).
 
+The materialised softmax and the probes compute in ``probe_dtype`` (fp32 for bf16 inputs) and
+return it: a bf16 softmax rounds every probability and every score by up to 2⁻⁹ of itself (a
+score of 30 by 0.06, 6% of its weight), and finfo(fp16).min plus a negative score is −inf.
+Fused SDPA needs none of this: its kernels keep scores and softmax in fp32 whatever the inputs.
+
 Shapes follow transformers' attention interface: q ``[B, H, L, D]``, k/v ``[B, H_kv, S, D]``
 (post-RoPE, KV heads not yet repeated for GQA), mask ``None`` or boolean ``[B, 1, L, S]`` with
 True where attention is allowed.
@@ -52,25 +57,36 @@ def additive_mask(mask, q_len: int, k_len: int, dtype, device, fill=None) -> tor
     return torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(~mask, fill)
 
 
+def probe_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype references and probes compute in: fp32, or the inputs' if wider (fp64 stays)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def attention_probs(q, k, mask=None, scaling=None) -> torch.Tensor:
-    """Materialised softmax(q kᵀ·scale + mask): ``[B, H, L, S]``. Reference and probes only."""
+    """Materialised softmax(q kᵀ·scale + mask): ``[B, H, L, S]`` in ``probe_dtype``. Reference
+    and probes only."""
     scaling = q.shape[-1] ** -0.5 if scaling is None else scaling
-    k = repeat_kv(k, q.shape[1])
-    scores = q @ k.transpose(-1, -2) * scaling
+    dtype = probe_dtype(q.dtype)
+    k = repeat_kv(k, q.shape[1]).to(dtype)
+    scores = q.to(dtype) @ k.transpose(-1, -2) * scaling
     scores = scores + additive_mask(mask, q.shape[2], k.shape[2], scores.dtype, scores.device)
     return scores.softmax(dim=-1)
 
 
 def last_row_probs(q, k, mask=None, scaling=None) -> torch.Tensor:
-    """Attention of the last query position only: ``[B, H, S]`` (one row, never the matrix)."""
+    """Attention of the last query position only: ``[B, H, S]`` in ``probe_dtype`` (one row,
+    never the matrix)."""
     row_mask = None if mask is None else mask[:, :, -1:, :]
     return attention_probs(q[:, :, -1:], k, row_mask, scaling)[:, :, 0]
 
 
 def last_row_scores(q, k, mask=None, scaling=None) -> torch.Tensor:
-    """Pre-softmax scores q·kᵀ·scale of the last query position, NaN where masked: ``[B, H, S]``."""
+    """Pre-softmax scores q·kᵀ·scale of the last query position, NaN where masked: ``[B, H, S]``
+    in ``probe_dtype``."""
     scaling = q.shape[-1] ** -0.5 if scaling is None else scaling
-    scores = (q[:, :, -1:] @ repeat_kv(k, q.shape[1]).transpose(-1, -2))[:, :, 0] * scaling
+    dtype = probe_dtype(q.dtype)
+    k = repeat_kv(k, q.shape[1]).to(dtype)
+    scores = (q[:, :, -1:].to(dtype) @ k.transpose(-1, -2))[:, :, 0] * scaling
     if mask is not None:
         scores = scores.masked_fill(~mask[:, :, -1, :], float("nan"))
     return scores

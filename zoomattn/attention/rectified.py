@@ -31,6 +31,12 @@ Shapes follow ``attention.math``: q, u ``[B, H, L, D]``; k, v ``[B, H_kv, S, D]`
 h reads KV head h // (H / H_kv)); mask None (causal prefill, or one decoding step) or boolean
 ``[B, 1, L, S]`` with True where attention is allowed. Masked scores are set to finfo.min, not
 −inf, so a fully masked (padding) row stays finite, as in ``math.attention_probs``.
+
+Precision: the scores, g and the softmax are computed in fp32 for bf16 inputs (``probe_dtype``),
+as fused SDPA computes them, and the output is cast back; in bf16 a score of 30 would be off by
+up to 0.06 and g(x), a difference of two softplus terms ≈ log 3 near 0, by ~2⁻⁸ absolute. The
+block's scores then take twice the bytes of bf16 ones, still O(N·block). The materialised form
+and the last-row probe return fp32 (the reference and the probe, like ``math.attention_probs``).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from zoomattn.attention.math import causal_flag, repeat_kv, sdpa
+from zoomattn.attention.math import causal_flag, probe_dtype, repeat_kv, sdpa
 from zoomattn.methods.rectify.config import G_VARIANTS  # torch-free: the workflow checks names
 
 QUERY_BLOCK = 128
@@ -95,11 +101,12 @@ def _block(q, u, k, v, allowed, scale: float, g: Rectifier, causal_from=None) ->
     if causal_from is not None:
         rows = torch.arange(causal_from, causal_from + q.shape[-2], device=q.device)
         allowed = torch.arange(k.shape[-2], device=q.device)[None, :] <= rows[:, None]
-    kt = k.transpose(-1, -2)
-    scores = (q @ kt) * scale + g((u @ kt) * scale)
+    dtype = probe_dtype(q.dtype)
+    kt = k.to(dtype).transpose(-1, -2)
+    scores = (q.to(dtype) @ kt) * scale + g((u.to(dtype) @ kt) * scale)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-    return scores.softmax(dim=-1) @ v
+    return (scores.softmax(dim=-1) @ v.to(dtype)).to(q.dtype)
 
 
 def _allowed_rows(mask, causal: bool, start: int, end: int, n_q: int, n_k: int, device):
@@ -146,8 +153,9 @@ def rectified_attention(q, u, k, v, g: Rectifier, mask=None, scaling=None, block
 
 def _full_scores(q, u, k, g: Rectifier, mask, scaling) -> torch.Tensor:
     scale = q.shape[-1] ** -0.5 if scaling is None else scaling
-    kt = repeat_kv(k, q.shape[1]).transpose(-1, -2)
-    scores = (q @ kt) * scale + g((u @ kt) * scale)
+    dtype = probe_dtype(q.dtype)
+    kt = repeat_kv(k, q.shape[1]).to(dtype).transpose(-1, -2)
+    scores = (q.to(dtype) @ kt) * scale + g((u.to(dtype) @ kt) * scale)
     n_q, n_k = q.shape[2], k.shape[2]
     allowed = _allowed_rows(mask, causal_flag(mask, n_q, n_k), 0, n_q, n_q, n_k, q.device)
     if allowed is not None:
@@ -159,7 +167,7 @@ def _full_scores(q, u, k, g: Rectifier, mask, scaling) -> torch.Tensor:
 def rectified_attention_materialised(q, u, k, v, g: Rectifier, mask=None, scaling=None):
     """The formula with the whole ``[L, S]`` score matrix: reference for tests and benchmarks."""
     probs = _full_scores(q, u, k, g, mask, scaling).softmax(dim=-1)
-    return probs @ repeat_kv(v, q.shape[1])
+    return probs @ repeat_kv(v, q.shape[1]).to(probs.dtype)
 
 
 def rectified_last_row(q, u, k, g: Rectifier, mask=None, scaling=None) -> torch.Tensor:

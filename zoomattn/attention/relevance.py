@@ -179,6 +179,8 @@ def relevance_attention(
     fused = _heads(heads, n_heads)
     if not fused:
         return sdpa(q, k, v, mask, scaling)
+    # CUDA's kernels want the bias in q's dtype (memory-efficient rejects fp32, cuDNN misreads
+    # it), so in bf16 log α is rounded to 8 bits here: ~2⁻⁹·|log α| on the fused heads' scores.
     bias = bias.to(q.dtype)
     if len(fused) == n_heads:  # no head selection: GQA inside the kernel, no copies
         return F.scaled_dot_product_attention(
@@ -201,9 +203,9 @@ def relevance_last_row(
     bias: torch.Tensor,
 ) -> torch.Tensor:
     """Attention probabilities of the last query position ``[B, H, S]`` as ``relevance_attention``
-    weighs the keys (the fused heads with ``bias``), for ``recording_last_row``. One row, never
-    the matrix; masked scores are clamped to finfo.min, as in ``math.attention_probs``, so even
-    a fully masked row stays finite."""
+    weighs the keys (the fused heads with ``bias``), for ``recording_last_row``, in fp32 at least
+    (``math.probe_dtype``). One row, never the matrix; masked scores are clamped to finfo.min, as
+    in ``math.attention_probs``, so even a fully masked row stays finite."""
     n_heads, n_keys = q.shape[1], k.shape[2]
     scores = last_row_scores(q, k, None, scaling)  # unmasked: the masks are added below
     row_mask = None if mask is None else mask[:, :, -1:, :]

@@ -13,7 +13,9 @@ from torch import nn
 
 
 class ScoreHead(nn.Module):
-    """One cross-attention score: σ(q·k_i/√d + b), q = W_q a(e_q), k_i = W_k a(e_i)."""
+    """One cross-attention score: σ(q·k_i/√d + b), q = W_q a(e_q), k_i = W_k a(e_i); in fp32
+    whatever the module's dtype (in bf16, σ rounds to exactly 1 from a logit of ~6: the BCE of
+    ``aux_losses`` then clamps to 100 and its gradient is 0)."""
 
     def __init__(self, adapter_dim: int, score_dim: int):
         super().__init__()
@@ -25,7 +27,8 @@ class ScoreHead(nn.Module):
     def forward(self, a_passages: torch.Tensor, a_question: torch.Tensor) -> torch.Tensor:
         q = self.w_query(a_question)  # [B, Lyr, d]
         k = self.w_key(a_passages)  # [B, Lyr, P, d]
-        return torch.sigmoid((k @ q[..., None])[..., 0] * self.scale + self.offset)
+        logits = (k @ q[..., None])[..., 0] * self.scale + self.offset
+        return torch.sigmoid(logits.float())
 
 
 class PassageEstimator(nn.Module):
@@ -46,7 +49,7 @@ class PassageEstimator(nn.Module):
     def forward(
         self, e_passages: torch.Tensor, e_question: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """e_passages ``[B, Lyr, P, hidden]``, e_question ``[B, Lyr, hidden]`` -> (r, c)."""
+        """e_passages ``[B, Lyr, P, hidden]``, e_question ``[B, Lyr, hidden]`` -> (r, c), fp32."""
         dtype = self.relevance.w_query.weight.dtype  # the base may compute in bf16
         a_p = self.adapter(e_passages.to(dtype))
         a_q = self.adapter(e_question.to(dtype))
