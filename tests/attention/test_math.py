@@ -48,3 +48,20 @@ def test_single_decoding_step_attends_to_every_cached_key():
         v, 4
     )
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_a_masked_grouped_call_on_cuda_repeats_the_kv_heads_instead_of_asking_sdpa_for_gqa():
+    """CUDA's memory-efficient kernel (the one that takes masks) has no GQA: asked for it, SDPA
+    would fall back to the math kernel and its N×N scores."""
+    from types import SimpleNamespace
+
+    from zoomattn.attention.math import gqa_for_kernel
+
+    k = v = torch.randn(1, 2, 5, 4)
+    on_cuda = SimpleNamespace(shape=(1, 4, 5, 4), device=SimpleNamespace(type="cuda"))
+    mask = torch.ones(1, 1, 5, 5, dtype=torch.bool)
+    k2, v2, grouped = gqa_for_kernel(on_cuda, k, v, mask)
+    assert not grouped and k2.shape[1] == v2.shape[1] == 4
+    assert torch.equal(k2[:, 1], k[:, 0]) and torch.equal(k2[:, 2], k[:, 1])
+    assert gqa_for_kernel(on_cuda, k, v, None)[2]  # unmasked: flash has GQA
+    assert gqa_for_kernel(torch.randn(1, 4, 5, 4), k, v, mask)[2]  # the CPU kernel has it too

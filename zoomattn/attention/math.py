@@ -32,8 +32,19 @@ def causal_flag(mask: torch.Tensor | None, q_len: int, k_len: int) -> bool:
     return True
 
 
+def gqa_for_kernel(q, k, v, mask) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """(k, v, enable_gqa) for SDPA. On CUDA a masked call goes to the memory-efficient kernel,
+    which has no GQA: with ``enable_gqa`` it would fall back to the math kernel and build the
+    N×N scores, so the KV heads are repeated there instead (a copy of k and v, not N×N)."""
+    grouped = k.shape[1] != q.shape[1]
+    if grouped and mask is not None and q.device.type == "cuda":
+        return repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1]), False
+    return k, v, grouped
+
+
 def sdpa(q, k, v, mask=None, scaling=None) -> torch.Tensor:
     """Fused attention (no N×N matrix is kept): softmax(q kᵀ·scale + mask) v, GQA-aware."""
+    k, v, grouped = gqa_for_kernel(q, k, v, mask)
     return F.scaled_dot_product_attention(
         q,
         k,
@@ -41,7 +52,7 @@ def sdpa(q, k, v, mask=None, scaling=None) -> torch.Tensor:
         attn_mask=mask,
         is_causal=causal_flag(mask, q.shape[2], k.shape[2]),
         scale=scaling,
-        enable_gqa=k.shape[1] != q.shape[1],
+        enable_gqa=grouped,
     )
 
 

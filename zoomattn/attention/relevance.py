@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from zoomattn.attention.math import additive_mask, last_row_scores, sdpa
+from zoomattn.attention.math import additive_mask, gqa_for_kernel, last_row_scores, sdpa
 
 OTHER, QUESTION, TAIL = -1, -2, -3
 
@@ -182,9 +182,10 @@ def relevance_attention(
     # CUDA's kernels want the bias in q's dtype (memory-efficient rejects fp32, cuDNN misreads
     # it), so in bf16 log α is rounded to 8 bits here: ~2⁻⁹·|log α| on the fused heads' scores.
     bias = bias.to(q.dtype)
-    if len(fused) == n_heads:  # no head selection: GQA inside the kernel, no copies
+    if len(fused) == n_heads:  # no head selection: GQA inside the kernel where it has it
+        k, v, grouped = gqa_for_kernel(q, k, v, bias)
         return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias, scale=scaling, enable_gqa=k.shape[1] != n_heads
+            q, k, v, attn_mask=bias, scale=scaling, enable_gqa=grouped
         )
     others = [h for h in range(n_heads) if h not in set(fused)]
     qf, kf, vf = _select(q, k, v, fused)
