@@ -3,7 +3,7 @@
 JOBS ?= 2
 SNAKEMAKE_ARGS ?=
 
-.PHONY: run test setup lint bench
+.PHONY: run test setup lint bench bench-gpu
 
 setup:
 	bin/setup
@@ -20,3 +20,8 @@ lint: setup
 bench: setup
 	.venv/bin/python benchmarks/opamp_attention.py
 	.venv/bin/python benchmarks/rectified_attention.py
+
+# The paper preset's methods on a random Llama-3.1-8B-shaped model, on one CUDA GPU (~10 min on an
+# H100; 16 GB of temporary disk): benchmarks/results/gpu_paper.{json,md}
+bench-gpu: setup
+	.venv/bin/python benchmarks/gpu_paper.py

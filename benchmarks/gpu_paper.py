@@ -1,0 +1,432 @@
+"""Benchmark: every method of the ``paper`` preset at the paper's scale, on one GPU.
+
+On a random model of Llama-3.1-8B's shape, loaded in 4-bit with LoRA and the method's modules
+exactly as the workflow's fine-tune job builds it (``build_trainable``), each study of the preset
+(OpAmp, rectification, MuDAF, LKG-RALM) is measured at its own fine-tuning settings (the preset's
+``finetune`` merged with the study's): QLoRA and one cell per method (OpAmp K = 10, rectify ξ = 3,
+MuDAF 8 heads with ``tuning: lora``, since a full fine-tune of 8B does not fit one card, LKG-RALM
+in full). Per cell: the step time of one optimizer step on one micro-batch at the study's
+``max_length``, tokens/s, peak memory, and generated tokens/s on one evaluation batch (the
+preset's batch size and max_new_tokens, prompts of ``--prompt-tokens``), all as ratios to QLoRA at
+the same settings and layer count in the same run. A cell that runs out of memory with every
+layer is retried, with QLoRA, at half the layers, down to ``--min-layers``. Then each custom
+attention function's forward + backward against plain causal SDPA at ``--lengths``. Results: one
+JSON and one Markdown file, with the device named.
+
+    python benchmarks/gpu_paper.py            # CUDA -> benchmarks/results/gpu_paper.{json,md}
+    python benchmarks/gpu_paper.py --smoke --out /tmp/bench   # the whole run, tiny, on the CPU
+"""
+
+from __future__ import annotations
+
+import os
+
+# bitsandbytes compiles its CPU 4-bit ops (seconds per process); as zoomattn/__main__.py does
+os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from datetime import date  # noqa: E402
+from importlib.metadata import version  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
+from gpu_paper_cells import (  # noqa: E402
+    LKG_FUSED_PER_LAYER,
+    OOM,
+    attention_cell,
+    free_memory,
+    guarded,
+    save_random_base,
+    step_cell,
+)
+
+from zoomattn.config import ROOT, load_config  # noqa: E402
+from zoomattn.grid import LEADERBOARD, studies, study_entries  # noqa: E402
+from zoomattn.methods import METHODS, cells  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "results"
+LLAMA_8B = {"vocab": 128256, "rope_theta": 500000.0}  # Llama-3.1-8B's, beside SHAPE_KEYS
+SHAPE_KEYS = ("hidden", "layers", "heads", "kv_heads", "intermediate")  # the preset's base_model
+SMOKE_SHAPE = dict(
+    hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, vocab=1024, rope_theta=500000.0
+)
+SMOKE = dict(  # --smoke: the same run on the CPU, tiny and short (flags given still win)
+    lengths=[64, 128, 256], goal_tokens=128, max_length=128, prompt_tokens=96, max_new_tokens=4,
+    min_layers=1, steps=1, warmup=1, repeats=2,
+)  # fmt: skip
+PREFERRED = {"opamp": {"K": 10}, "rectify": {"xi": 3, "g": "max"}, "mudaf": {"heads": 8}}
+VARIANTS = ("sdpa", "opamp", "rectified", "lkg_fusion")
+STEP_GOAL, OPAMP_GOAL = 1.25, 2.2
+
+
+def paper_config() -> dict:
+    raw = yaml.safe_load((ROOT / "config.yaml").read_text())
+    return load_config({**raw, "preset": "paper"})
+
+
+def plan(cfg: dict) -> list[dict]:
+    """One group per study: its fine-tuning settings, QLoRA and one cell per other method."""
+    blocks = [("opamp", cfg["methods"], cfg["finetune"])]
+    for study in studies(cfg):
+        if study != LEADERBOARD:
+            entries = {e: values for e, (values, _, _) in study_entries(cfg, study).items()}
+            blocks.append((study, entries, {**cfg["finetune"], **cfg[study].get("finetune", {})}))
+    groups = []
+    for study, methods, ft in blocks:
+        picked = {}  # method -> (run, values, whether it is the preferred cell)
+        for run, (method, values) in cells(methods).items():
+            preferred = all(values.get(k) == v for k, v in PREFERRED.get(method, {}).items())
+            if method != "qlora" and (method not in picked or preferred and not picked[method][2]):
+                picked[method] = (run, values, preferred)
+        group = [{"run": "qlora", "method": "qlora", "values": {}, "note": ""}]
+        for method, (run, values, _) in picked.items():
+            note = ""
+            if METHODS[method].tuning(values) == "full":
+                values, note = {**values, "tuning": "lora"}, "tuning: lora (the paper: full)"
+            group.append({"run": run, "method": method, "values": values, "note": note})
+        groups.append({"study": study, "finetune": ft, "cells": group})
+    return groups
+
+
+def run_child(task: dict) -> dict | str:
+    """One cell in a fresh process: its own peak memory, no allocator or paged-optimizer state
+    left over from the cells before (bitsandbytes never frees its paged buffers)."""
+    cmd = [sys.executable, __file__, "--child", json.dumps(task)]
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # its log goes to ours
+    if done.returncode:
+        return {"error": f"exit status {done.returncode} (log above)"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def in_process(task: dict) -> dict | str:
+    result = guarded(lambda: step_cell(task))
+    free_memory()
+    return result
+
+
+def is_oom(result) -> bool:
+    return result == OOM or result.get("train_oom", False)
+
+
+def ratio(a, b, key: str) -> float | None:
+    if not isinstance(a, dict) or not isinstance(b, dict) or not b.get(key) or key not in a:
+        return None  # not measured, or (the CPU's resident set) nothing to compare with
+    return a[key] / b[key]
+
+
+def measure_steps(groups: list[dict], setup: dict, run, base_dir) -> list[dict]:
+    rows = []
+    for group in groups:
+        ft = {**group["finetune"], **setup["finetune"]}
+        baselines = {}  # layers -> QLoRA's result
+
+        def measure(cell: dict, layers: int, group=group, ft=ft):
+            print(f"[gpu_paper] {group['study']}/{cell['run']}, {layers} layers", flush=True)
+            task = {**setup["task"], **cell, "finetune": ft, "layers": layers}
+            return run({**task, "base_dir": str(base_dir(layers))})
+
+        for cell in group["cells"]:
+            oom_at, layers = [], setup["layers"]
+            while True:
+                if layers not in baselines:
+                    baselines[layers] = measure(group["cells"][0], layers)
+                base = baselines[layers]
+                result = (
+                    base if cell["method"] == "qlora" or is_oom(base) else measure(cell, layers)
+                )
+                if not is_oom(result) or layers // 2 < setup["min_layers"]:
+                    break
+                oom_at.append(layers)
+                layers //= 2
+            rows.append(step_row(group["study"], cell, ft, layers, oom_at, result, base))
+    return rows
+
+
+def step_row(study, cell, ft, layers, oom_at, result, base) -> dict:
+    status = "OOM" if is_oom(result) else result.get("error", "ok")
+    measured = result if status == "ok" else {}
+    return {
+        "study": study,
+        "cell": cell["run"],
+        "method": cell["method"],
+        "note": cell["note"],
+        "status": status,
+        "layers": layers,
+        "oom_at_layers": oom_at,
+        "max_length": ft["max_length"],
+        "micro_batch_size": ft.get("micro_batch_size") or ft["batch_size"],
+        "lora_r": ft["lora"]["r"],
+        "optimizer": ft["optimizer"],
+        "gradient_checkpointing": bool(ft.get("gradient_checkpointing")),
+        **measured,
+        "step_vs_qlora": ratio(measured, base, "step_s"),
+        "tokens_per_s_vs_qlora": ratio(measured, base, "tokens_per_s"),
+        "peak_vs_qlora": ratio(measured, base, "peak_gib"),
+        "eval_vs_qlora": ratio(measured, base, "eval_tokens_per_s"),
+    }
+
+
+def measure_attention(groups: list[dict], setup: dict, args) -> list[dict]:
+    by_method = {c["method"]: (c, g) for g in groups for c in g["cells"]}
+    rect, rect_group = by_method["rectify"]
+    methods = {
+        "opamp": by_method["opamp"][0]["values"],
+        "rectify": METHODS["rectify"].resolve(rect["values"], rect_group["finetune"]["lora"]),
+    }
+    device, dtype = setup["task"]["placement"]["device"], getattr(torch, setup["dtype"])
+    rows = []
+    for n in args.lengths:
+        results = {}
+        for variant in VARIANTS:
+            print(f"[gpu_paper] attention {variant}, {n} tokens", flush=True)
+            results[variant] = guarded(
+                lambda v=variant, n=n: attention_cell(
+                    v, n, setup["task"]["shape"], methods, device, dtype, args.repeats
+                )
+            )
+            free_memory()
+        base = results["sdpa"]
+        for variant, r in results.items():
+            rows.append(
+                {
+                    "tokens": n,
+                    "variant": variant,
+                    "status": "OOM" if r == OOM else "ok",
+                    **(r if r != OOM else {}),
+                    "time_vs_sdpa": ratio(r, base, "seconds"),
+                    "memory_vs_sdpa": ratio(r, base, "peak_mib_above_inputs"),
+                }
+            )
+    return rows
+
+
+def goals(steps: list[dict], attention: list[dict], goal_tokens: int) -> list[dict]:
+    methods = [r for r in steps if r["method"] != "qlora"]
+    worst = max(methods, key=lambda r: r["step_vs_qlora"] or float("inf"))
+    opamp = [r for r in attention if r["variant"] == "opamp" and r["tokens"] == goal_tokens]
+    opamp_ratio = opamp[0]["time_vs_sdpa"] if opamp else None
+    return [
+        {
+            "goal": f"every method's step ≤ {STEP_GOAL}× QLoRA's",
+            "measured": f"worst: {worst['study']}/{worst['cell']} {fmt(worst['step_vs_qlora'])}",
+            "met": all(r["step_vs_qlora"] is not None and r["step_vs_qlora"] <= STEP_GOAL
+                       for r in methods),
+        },
+        {
+            "goal": f"OpAmp attention fwd+bwd ≤ {OPAMP_GOAL}× SDPA at {goal_tokens} tokens",
+            "measured": fmt(opamp_ratio) if opamp else "not measured",
+            "met": opamp_ratio is not None and opamp_ratio <= OPAMP_GOAL,
+        },
+    ]  # fmt: skip
+
+
+def fmt(x, spec: str = ".2f", suffix: str = "×") -> str:
+    return "–" if x is None else f"{x:{spec}}{suffix}"
+
+
+def git_commit() -> str:
+    def git(*a):
+        done = subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD") or "unknown"
+        return commit + (" + uncommitted changes" if git("status", "--porcelain") else "")
+    except OSError:  # no git
+        return "unknown"
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    return f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def markdown(data: dict) -> str:
+    m = data["meta"]
+    s = m["shape"]
+    lines = [
+        "# The paper preset's methods on one GPU (benchmarks/gpu_paper.py)",
+        "",
+        f"**{m['device']}** · {m['date']} · commit {m['commit']} · torch {m['torch']} · "
+        f"transformers {m['transformers']} · bitsandbytes {m['bitsandbytes']} · "
+        f"peft {m['peft']}" + (" · **smoke run: CPU, tiny shapes, no measurement**" * m["smoke"]),
+        "",
+        f"Random Llama model: hidden {s['hidden']}, {s['layers']} layers, {s['heads']} heads, "
+        f"{s['kv_heads']} KV heads, intermediate {s['intermediate']}, vocab {s['vocab']}; 4-bit "
+        f"{m['quantization']}; method modules in {m['dtype']}. Step: one optimizer step on one "
+        f"micro-batch of the study's max_length (median of {m['steps']} after {m['warmup']} "
+        f"warm-up); peak memory: {m['memory']}. Generation: {m['eval']['batch_size']} prompts "
+        f"of {m['eval']['prompt_tokens']} tokens, {m['eval']['max_new_tokens']} new tokens, "
+        "greedy (after a warm-up). LKG-RALM fuses "
+        f"{LKG_FUSED_PER_LAYER} heads per layer; MuDAF's heads are a seeded draw.",
+        "",
+        "## Goals",
+        "",
+        "| goal | measured | met |",
+        "|---|---|---|",
+        *(f"| {g['goal']} | {g['measured']} | {'yes' if g['met'] else 'NO'} |"
+          for g in data["goals"]),
+        "",
+        "## Training step and generation, as ratios to QLoRA (same study settings, same layers)",
+        "",
+        "| study | cell | layers | tokens/step | step time / QLoRA | tokens/s / QLoRA "
+        "| peak mem / QLoRA | gen tokens/s / QLoRA | step s | tokens/s | peak GiB | gen tokens/s "
+        "| settings |",
+        "|" + "---|" * 13,
+    ]  # fmt: skip
+    for r in data["steps"]:
+        layers = f"{r['layers']}" + (
+            f" (OOM at {r['oom_at_layers']})" if r["oom_at_layers"] else ""
+        )
+        settings = (
+            f"len {r['max_length']} × micro {r['micro_batch_size']}, LoRA r {r['lora_r']}, "
+            f"{r['optimizer']}{', ' + r['note'] if r['note'] else ''}"
+        )
+        if r["status"] != "ok":
+            lines.append(f"| {r['study']} | {r['cell']} | {layers} | {r['status']} |" + " |" * 8
+                         + f" {settings} |")  # fmt: skip
+            continue
+        lines.append(
+            f"| {r['study']} | {r['cell']} | {layers} | {r['tokens_per_step']} "
+            f"| {fmt(r['step_vs_qlora'])} | {fmt(r['tokens_per_s_vs_qlora'])} "
+            f"| {fmt(r['peak_vs_qlora'])} | {fmt(r['eval_vs_qlora'])} | {r['step_s']:.3f} "
+            f"| {r['tokens_per_s']:.0f} | {r['peak_gib']:.2f} "
+            f"| {fmt(r.get('eval_tokens_per_s'), '.1f', '')} | {settings} |"
+        )
+    lines += [
+        "",
+        "## Attention forward + backward, as ratios to causal SDPA",
+        "",
+        f"q [1, {s['heads']}, L, D], k/v [1, {s['kv_heads']}, L, D] in {m['dtype']}, as the model "
+        "calls each function; memory: peak above the inputs. opamp: OpAmpAttention with the "
+        "preset's adapters; rectified: rectified_attention with the preset's g and ξ; "
+        f"lkg_fusion: relevance_attention on {LKG_FUSED_PER_LAYER} heads, bias built in the step.",
+        "",
+        "| tokens | variant | time / SDPA | peak mem / SDPA | ms | MiB above inputs |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in data["attention"]:
+        if r["status"] != "ok":
+            lines.append(f"| {r['tokens']} | {r['variant']} | {r['status']} | | | |")
+            continue
+        lines.append(
+            f"| {r['tokens']} | {r['variant']} | {fmt(r['time_vs_sdpa'])} "
+            f"| {fmt(r['memory_vs_sdpa'])} | {r['seconds'] * 1e3:.2f} "
+            f"| {r['peak_mib_above_inputs']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--smoke", action="store_true", help="tiny shapes on the CPU (checks the script)"
+    )
+    p.add_argument("--out", type=Path, default=OUT, help="folder of gpu_paper.json and .md")
+    p.add_argument("--layers", type=int, help="decoder layers to try first (default: preset's)")
+    p.add_argument("--min-layers", type=int, default=8, help="fewest layers to retry with")
+    p.add_argument("--steps", type=int, default=3, help="timed optimizer steps per cell")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps (0: no warm-up at all)")
+    p.add_argument("--repeats", type=int, default=5, help="timed attention repeats")
+    p.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192, 32768])
+    p.add_argument("--goal-tokens", type=int, default=8192, help="length of the OpAmp goal")
+    p.add_argument("--max-length", type=int, help="override every study's max_length")
+    p.add_argument("--prompt-tokens", type=int, default=4000, help="generation prompt length")
+    p.add_argument("--max-new-tokens", type=int, help="default: the preset's evaluation's")
+    p.add_argument("--workdir", type=Path, help="where the random base is saved (16 GB)")
+    p.add_argument("--isolate", action=argparse.BooleanOptionalAction, help="a process per cell")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(guarded(lambda: step_cell(json.loads(args.child)))))
+        return
+    if args.smoke:
+        p.set_defaults(**SMOKE)
+        args = p.parse_args()
+    elif not torch.cuda.is_available():
+        raise SystemExit(
+            "gpu_paper.py: no CUDA device visible. This benchmark measures the paper scale on a "
+            "GPU; `--smoke` runs the script end to end on the CPU with tiny shapes (a check of the "
+            "script, not a measurement)."
+        )
+    cfg = paper_config()
+    groups = plan(cfg)
+    device = "cpu" if args.smoke else "cuda"
+    dtype = "float32" if args.smoke else "bfloat16"
+    base_model = {k: cfg["base_model"][k] for k in SHAPE_KEYS}
+    shape = SMOKE_SHAPE if args.smoke else {**base_model, **LLAMA_8B}
+    quantization = dict(cfg["finetune"]["quantization"])
+    overrides = {"max_length": args.max_length} if args.max_length else {}
+    if args.smoke:  # 4-bit on the CPU computes in fp32 (the tiny preset's setting)
+        overrides["quantization"] = quantization = {**quantization, "compute_dtype": "float32"}
+    evaluation = {
+        "batch_size": cfg["evaluation"]["batch_size"],
+        "max_new_tokens": args.max_new_tokens or cfg["evaluation"]["max_new_tokens"],
+        "prompt_tokens": args.prompt_tokens,
+    }
+    setup = {
+        "layers": args.layers or shape["layers"],
+        "min_layers": args.min_layers,
+        "dtype": dtype,
+        "finetune": overrides,
+        "task": {
+            "shape": shape,
+            "placement": {"device": device, "dtype": dtype, "gpus": int(device == "cuda")},
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "eval": evaluation,
+        },
+    }
+    isolate = args.isolate if args.isolate is not None else device == "cuda"
+    with tempfile.TemporaryDirectory(dir=args.workdir, prefix="gpu_paper-") as work:
+        bases = {}
+
+        def base_dir(layers: int) -> Path:
+            if layers not in bases:
+                out = Path(work) / f"base-{layers}"
+                bases[layers] = save_random_base(shape, layers, out, device)
+            return bases[layers]
+
+        steps = measure_steps(groups, setup, run_child if isolate else in_process, base_dir)
+    attention = measure_attention(groups, setup, args)
+    meta = {
+        "device": device_name(device),
+        "date": date.today().isoformat(),
+        "commit": git_commit(),
+        **{lib: version(lib) for lib in ("torch", "transformers", "bitsandbytes", "peft")},
+        "smoke": args.smoke,
+        "preset": "paper",
+        "shape": {**shape, "layers": setup["layers"]},
+        "layers_used": sorted({r["layers"] for r in steps}),
+        "quantization": f"{quantization['quant_type']}, double quant "
+        f"{quantization['double_quant']}, {quantization['compute_dtype']} compute",
+        "dtype": dtype,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "eval": evaluation,
+        "attention_lengths": args.lengths,
+        "goal_tokens": args.goal_tokens,
+        "isolated_processes": isolate,
+        "memory": "torch.cuda.max_memory_allocated (paged optimizer state, in unified memory, "
+        "is not in it)"
+        if device == "cuda"
+        else "peak resident set (VmHWM)",
+    }
+    data = {"meta": meta, "goals": goals(steps, attention, args.goal_tokens), "steps": steps}
+    data["attention"] = attention
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "gpu_paper.json").write_text(json.dumps(data, indent=1) + "\n")
+    (args.out / "gpu_paper.md").write_text(markdown(data))
+    print(markdown(data))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""benchmarks/gpu_paper.py end to end in its smoke mode (CPU, tiny shapes: a check of the script,
+not a measurement), run as a user runs it: a subprocess from the repository root."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from zoomattn.config import ROOT, load_config
+from zoomattn.grid import LEADERBOARD, studies, study_entries
+from zoomattn.methods import cells
+
+SCRIPT = ROOT / "benchmarks" / "gpu_paper.py"
+SMOKE_LENGTHS = [64, 128, 256]
+VARIANTS = {"sdpa", "opamp", "rectified", "lkg_fusion"}
+
+
+def paper_methods() -> set[tuple[str, str]]:
+    """(study, method) of every cell of the paper preset, and QLoRA in every study."""
+    cfg = load_config({**yaml.safe_load((ROOT / "config.yaml").read_text()), "preset": "paper"})
+    out = {("opamp", m) for m, _ in cells(cfg["methods"]).values()}
+    for study in studies(cfg):
+        if study != LEADERBOARD:
+            entries = {e: v for e, (v, _, _) in study_entries(cfg, study).items()}
+            out |= {(study, m) for m, _ in cells(entries).values()} | {(study, "qlora")}
+    return out
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu_paper")
+    cmd = [sys.executable, str(SCRIPT), "--smoke", "--out", str(out)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads((out / "gpu_paper.json").read_text()), (out / "gpu_paper.md").read_text()
+
+
+def test_smoke_measures_every_method_of_the_paper_preset_against_qlora(smoke):
+    data, md = smoke
+    rows = {(r["study"], r["method"]): r for r in data["steps"]}
+    assert set(rows) == paper_methods()
+    assert {m for _, m in rows} == {"qlora", "opamp", "rectify", "mudaf", "lkg"}
+    for (study, method), r in rows.items():
+        assert r["status"] == "ok", (study, method)
+        base = rows[(study, "qlora")]
+        assert r["step_vs_qlora"] == pytest.approx(r["step_s"] / base["step_s"])
+        assert r["peak_vs_qlora"] == pytest.approx(r["peak_gib"] / base["peak_gib"])
+        assert r["eval_vs_qlora"] == pytest.approx(
+            r["eval_tokens_per_s"] / base["eval_tokens_per_s"]
+        )
+        assert r["tokens_per_step"] == r["micro_batch_size"] * 128  # --smoke: 128 tokens
+        assert r["cell"] in md
+        if method == "qlora":
+            assert r["step_vs_qlora"] == r["tokens_per_s_vs_qlora"] == r["peak_vs_qlora"] == 1.0
+    assert rows[("opamp", "opamp")]["cell"] == "opamp-K10"
+    assert rows[("mudaf", "mudaf")]["values"]["tuning"] == "lora"
+    assert "tuning: lora" in md
+
+
+def test_smoke_times_each_attention_against_sdpa_at_every_length(smoke):
+    data, _ = smoke
+    rows = {(r["tokens"], r["variant"]): r for r in data["attention"]}
+    assert set(rows) == {(n, v) for n in SMOKE_LENGTHS for v in VARIANTS}
+    for (n, _), r in rows.items():
+        assert r["status"] == "ok" and r["seconds"] > 0
+        assert r["time_vs_sdpa"] == pytest.approx(r["seconds"] / rows[(n, "sdpa")]["seconds"])
+
+
+def test_smoke_names_the_device_versions_and_goals(smoke):
+    data, md = smoke
+    meta = data["meta"]
+    assert meta["smoke"] and meta["device"].startswith("CPU") and meta["device"] in md
+    assert meta["torch"] == torch.__version__ and meta["commit"] and meta["layers_used"] == [2]
+    assert [g["goal"][:5] for g in data["goals"]] == ["every", "OpAmp"]
+    assert all(isinstance(g["met"], bool) for g in data["goals"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the check is for machines without CUDA")
+def test_without_cuda_and_without_smoke_it_stops_with_a_message():
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 1
+    assert "no CUDA device visible" in done.stderr and "Traceback" not in done.stderr
