@@ -164,3 +164,20 @@ def test_a_full_fine_tune_keeps_fp32_master_weights_under_a_bf16_placement(base_
     values = {"heads": 0, "tuning": "full"}
     model = build_trainable(base_dir, "mudaf", values, None, None, Placement("cpu", "bfloat16"))
     assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_what_ran_goes_to_the_log_and_the_active_mlflow_run(base_dir, tmp_path, caplog):
+    import logging
+
+    import mlflow
+
+    from zoomattn.placement import report
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    model = build_trainable(base_dir, "opamp", {"K": 10, "adapter_dim": 8}, LORA, None)
+    with caplog.at_level(logging.INFO, logger="zoomattn"), mlflow.start_run() as run:
+        report(model)
+    tags = mlflow.get_run(run.info.run_id).data.tags
+    assert tags["zoomattn.device"] == "cpu" and tags["zoomattn.dtype.weights"] == "torch.float32"
+    assert tags["zoomattn.attention"].startswith("zoomattn: 2 layers fused SDPA, 2 layers OpAmp")
+    assert "model placement: device cpu" in caplog.text

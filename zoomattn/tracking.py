@@ -178,7 +178,7 @@ def job_run(spec: dict, stage: str, name: str, results: str | Path) -> Iterator[
     on_gpu = False
     if "device" in spec:  # a model job: where it was planned to run (what ran: placement.report)
         placement = Placement.from_spec(spec["device"])
-        tags["zoomattn.placement"] = f"{placement.device}/{placement.dtype}"
+        tags["zoomattn.planned_device"] = f"{placement.device}/{placement.dtype}"
         on_gpu = placement.device == "cuda"
     if on_gpu:  # GPU utilisation and memory in the UI: an idle or saturated card shows
         mlflow.set_system_metrics_sampling_interval(SYSTEM_METRICS_SECONDS)

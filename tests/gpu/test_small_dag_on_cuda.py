@@ -22,6 +22,7 @@ def test_small_dag_completes_on_the_gpu_with_the_worker_on(tmp_path):
     assert model_jobs
     for run in model_jobs:
         assert run.data.tags["zoomattn.device"].startswith(DEVICE), run.info.run_name
+        assert run.data.tags["zoomattn.planned_device"].startswith(DEVICE), run.info.run_name
     if DEVICE == "cuda":
         finetunes = [r for r in model_jobs if r.data.tags["zoomattn.stage"] == "finetune"]
         assert all(r.data.tags["zoomattn.dtype.method_modules"] in ("torch.bfloat16", "none")
