@@ -43,6 +43,18 @@ def base_dir(tmp_path_factory, tokenizer):
     return out
 
 
+@pytest.fixture(scope="module")
+def train_dir(tmp_path_factory, world):
+    """A small fine-tuning split (32 single- and two-hop records) written as the data job does."""
+    from zoomattn.data.build import write_split
+    from zoomattn.data.tasks import training_mix
+
+    records = training_mix(world, {"single": 1.0, "multihop": 0.5}, 32, 0.9, 4, seed=3)
+    out = tmp_path_factory.mktemp("train") / "train"
+    write_split(records, out, {})
+    return out
+
+
 def pytest_collection_modifyitems(config, items):
     """The `gpu` lane runs wherever CUDA is visible and is skipped, saying so, elsewhere."""
     if torch.cuda.is_available() or os.environ.get("ZOOMATTN_GPU_LANE_DEVICE") == "cpu":

@@ -5,8 +5,7 @@ import pytest
 import torch
 
 from tests.gpu.lane import DEVICE, LANE, NF4_BF16
-from zoomattn.data.build import load_split, write_split
-from zoomattn.data.tasks import training_mix
+from zoomattn.data.build import load_split
 from zoomattn.evaluation.generate import evaluate_records
 from zoomattn.methods import METHODS
 from zoomattn.modeling.loading import (
@@ -31,14 +30,6 @@ VALUES = {
     "mudaf": {"heads": 2, "alpha": 0.7, "negatives": 3, "tuning": "lora"},
     "lkg": {"fusion_heads": "middle"},
 }
-
-
-@pytest.fixture(scope="module")
-def train_dir(tmp_path_factory, world):
-    records = training_mix(world, {"single": 1.0, "multihop": 0.5}, 32, 0.9, 4, seed=3)
-    out = tmp_path_factory.mktemp("train") / "train"
-    write_split(records, out, {})
-    return out
 
 
 def _resolved(method, base_dir):

@@ -10,8 +10,8 @@ from tests.methods.lkg_helpers import (
     batch_of,
     lkg_config,
 )
-from zoomattn.data.build import load_split, write_split
-from zoomattn.data.tasks import multihop, single_doc, training_mix
+from zoomattn.data.build import load_split
+from zoomattn.data.tasks import multihop, single_doc
 from zoomattn.methods import METHODS
 from zoomattn.methods.lkg.model import lkg_module
 from zoomattn.methods.lkg.objective import LkgObjective, golden_top1
@@ -131,14 +131,6 @@ def _cell(base_dir, steps=6, **values):
             },
         },
     }
-
-
-@pytest.fixture(scope="module")
-def train_dir(tmp_path_factory, world):
-    records = training_mix(world, {"single": 1.0, "multihop": 0.5}, 32, 0.9, 4, seed=3)
-    out = tmp_path_factory.mktemp("train") / "train"
-    write_split(records, out, {})
-    return out
 
 
 class Killed(Exception):
