@@ -9,9 +9,10 @@ Config (top level or per preset):
   has). ``cuda`` puts every model job on a GPU, ``cpu`` every one on the CPU (how the tests run
   ``small``'s DAG without a GPU).
 - ``dtype: auto | float32 | bfloat16``: the dtype of the method's modules (OpAmp's adapters,
-  rectification's ΔW, LKG-RALM's estimator and boundary embeddings) and of unquantised base
-  weights. ``auto`` is bfloat16 on CUDA, as the papers' code trains with 4-bit bases computing in
-  bf16, and float32 on the CPU.
+  rectification's ΔW, LKG-RALM's estimator and boundary embeddings) and of frozen unquantised
+  weights (a full fine-tune keeps fp32 master weights). ``auto`` is bfloat16 on CUDA, as the
+  papers' code trains with 4-bit bases computing in bf16, and float32 on the CPU. The accepted
+  values are the schema's (workflow/schemas/config.schema.yaml).
 
 The plan is made from config alone (no torch, no GPU probe) and goes into every model job's spec,
 so a result is bound to the device and dtype it was computed with, and a job planned for CUDA
@@ -26,8 +27,6 @@ import logging
 import sys
 from dataclasses import asdict, dataclass
 
-DEVICES = ("auto", "cpu", "cuda")
-DTYPES = ("auto", "float32", "bfloat16")
 MODEL_KINDS = ("pretrain", "finetune", "evaluate")  # resource kinds whose jobs hold a model
 
 log = logging.getLogger("zoomattn")

@@ -216,7 +216,10 @@ def load_merged(merged_dir: str | Path, placement: Placement = CPU):
 
 
 def load_for_eval(
-    model_dir: str | Path, base_dir: str | Path, quantization: dict | None, placement=CPU
+    model_dir: str | Path,
+    base_dir: str | Path,
+    quantization: dict | None,
+    placement: Placement = CPU,
 ):
     """The base itself, a fine-tuned model's merged evaluation copy, a fully tuned model (plain
     weights + method.json, unquantised as trained), or base + LoRA + method; on the placement's
