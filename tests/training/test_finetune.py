@@ -1,3 +1,4 @@
+import logging
 import random
 
 import pytest
@@ -86,26 +87,72 @@ class Killed(Exception):
     pass
 
 
-def test_interrupted_finetune_resumes_to_the_same_weights(tmp_path, train_dir, base_dir):
-    random.seed(0)
-    finetune(_cell(), train_dir, base_dir, tmp_path / "a", tmp_path / "ckpt_a", threads=1)
+def die_at_step_5(metrics, step):  # after the checkpoint of step 4
+    if step == 5:
+        raise Killed
 
-    def die_at_step_5(metrics, step):  # after the checkpoint of step 4
-        if step == 5:
-            raise Killed
 
-    with pytest.raises(Killed):
-        finetune(
-            _cell(), train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt_b", 1, die_at_step_5
-        )
-    assert (tmp_path / "ckpt_b" / "state.pt").exists() and not (tmp_path / "b").exists()
-    result = finetune(_cell(), train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt_b", threads=1)
-    assert result["steps"] == 6
-    for name in ("adapter_model.safetensors", "zoom_modules.safetensors"):
-        a, b = load_file(tmp_path / "a" / name), load_file(tmp_path / "b" / name)
+def _same_weights(a_dir, b_dir, names=("adapter_model.safetensors", "zoom_modules.safetensors")):
+    for name in names:
+        a, b = load_file(a_dir / name), load_file(b_dir / name)
         assert a.keys() == b.keys()
         for k in a:
             assert (a[k] == b[k]).all(), k
+
+
+def _logger(into: list):
+    return lambda metrics, step: into.append((step, metrics))
+
+
+def test_interrupted_finetune_resumes_to_the_same_weights_and_metric_history(
+    tmp_path, train_dir, base_dir
+):
+    random.seed(0)
+    cell = _cell()
+    cell["finetune"]["log_every"] = 3  # step 4's loss is in the window logged at step 6
+    reference = []
+    finetune(cell, train_dir, base_dir, tmp_path / "a", tmp_path / "ckpt_a", 1, _logger(reference))
+
+    def die_at_step_6(metrics, step):  # logged before the checkpoint of step 6: 4 is the last
+        if step == 6:
+            raise Killed
+
+    with pytest.raises(Killed):
+        finetune(cell, train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt_b", 1, die_at_step_6)
+    assert (tmp_path / "ckpt_b" / "state.pt").exists() and not (tmp_path / "b").exists()
+    resumed, started = [], []
+    result = finetune(
+        cell,
+        train_dir,
+        base_dir,
+        tmp_path / "b",
+        tmp_path / "ckpt_b",
+        1,
+        _logger(resumed),
+        on_start=started.append,
+    )
+    assert result["steps"] == 6 and started == [4]
+    _same_weights(tmp_path / "a", tmp_path / "b")
+    assert [step for step, _ in reference] == [3, 6]
+    assert resumed == reference  # step 3 re-sent, step 6 averaged over steps 4-6
+
+
+def test_a_checkpoint_of_another_learning_rate_is_discarded_not_continued(
+    tmp_path, train_dir, base_dir, caplog
+):
+    fast = _cell()
+    fast["finetune"]["lr"] = 5e-3
+    finetune(fast, train_dir, base_dir, tmp_path / "clean", tmp_path / "ckpt_clean", threads=1)
+    with pytest.raises(Killed):
+        finetune(_cell(), train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt", 1, die_at_step_5)
+    started = []
+    with caplog.at_level(logging.INFO, logger="zoomattn"):
+        finetune(
+            fast, train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt", 1, on_start=started.append
+        )
+    assert started == [0]
+    assert "discarding checkpoint" in caplog.text and "resumed" not in caplog.text
+    _same_weights(tmp_path / "clean", tmp_path / "b")
 
 
 SELECTED = [[1, 0], [2, 3]]

@@ -20,7 +20,7 @@ from zoomattn.data.tasks import closed_book, single_doc
 from zoomattn.data.world import ATTRIBUTES, Fact, FactSampler, World
 from zoomattn.placement import CPU, Placement
 from zoomattn.training.batching import IGNORE, encode_example, pad_batch
-from zoomattn.training.checkpoint import Checkpointer
+from zoomattn.training.checkpoint import Checkpointer, MetricHistory
 
 log = logging.getLogger(__name__)
 
@@ -143,15 +143,28 @@ def pretrain(
     threads: int,
     on_metrics=lambda metrics, step: None,
     placement: Placement = CPU,
+    *,
+    identity: str,
+    on_start=lambda resumed_from_step: None,
 ) -> dict:
-    """Train the base from scratch, in fp32 on the placement's device."""
+    """Train the base from scratch, in fp32 on the placement's device.
+
+    ``identity`` (checkpoint.job_identity of the job's spec and world): a checkpoint made under
+    another is discarded. A resumed run first sends ``on_metrics`` the metrics logged before the
+    interruption again; ``on_start`` gets the step training resumes from (0: from scratch).
+    """
     torch.manual_seed(p["seed"])
     torch.set_num_threads(threads)
     device = placement.torch_device()
     model = LlamaForCausalLM(llama_config(len(tok), model_cfg, tok)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=p["lr"], weight_decay=0.0)
-    ckpt = Checkpointer(ckpt_dir, p["checkpoint_every"])
+    ckpt = Checkpointer(ckpt_dir, p["checkpoint_every"], identity)
     step, extra = ckpt.restore(model, optimizer)
+    if step:
+        log.info("resumed pretraining from step %d", step)
+    on_start(step)
+    history = MetricHistory(on_metrics)
+    history.replay(extra.get("metrics", {}))
     copy_end = extra.get("copy_end")  # step at which the copy phase ended, once known
     probes = probe_sets(world, p["seed"] + 7919, p["probe_examples"])
     total_cap = p["copy_max_steps"] + p["mix_steps"]
@@ -169,17 +182,17 @@ def pretrain(
         step += 1
         bar.update(1)
         if step % p["log_every"] == 0:
-            on_metrics({"pretrain_loss": loss.item()}, step)
+            history({"pretrain_loss": loss.item()}, step)
         if phase == "copy" and (step % p["copy_eval_every"] == 0 or step >= p["copy_max_steps"]):
             em = teacher_forced_em(model, tok, probes["noise_0.0"])
-            on_metrics({"copy_phase_em": em}, step)
+            history({"copy_phase_em": em}, step)
             bar.set_postfix(phase=phase, em=f"{em:.2f}")
             if em >= p["copy_target_em"] or step >= p["copy_max_steps"]:
                 copy_end = step
                 log.info("copy phase ended at step %d with EM %.3f", step, em)
                 bar.total = copy_end + p["mix_steps"]
         if ckpt.due(step):
-            ckpt.save(step, model, optimizer, {"copy_end": copy_end})
+            ckpt.save(step, model, optimizer, {"copy_end": copy_end, "metrics": history.by_step})
     bar.close()
     metrics = {f"base_em_{k}": teacher_forced_em(model, tok, v) for k, v in probes.items()}
     metrics.update(copy_phase_steps=copy_end, total_steps=step)

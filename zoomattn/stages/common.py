@@ -22,6 +22,12 @@ def load_model(spec: dict, model_dir: Path, base_dir: Path, threads: int):
 
 
 def clear_checkpoints(ckpt: Path) -> None:
-    from zoomattn.training.checkpoint import Checkpointer
+    from zoomattn.training.checkpoint import remove_checkpoints
 
-    Checkpointer(ckpt, 0).clear()
+    remove_checkpoints(ckpt)
+
+
+def tag_resumed_from(run):
+    """A training loop's ``on_start``: the MLflow run says from which step it resumed (0: from
+    scratch), its metrics before that step re-logged by the loop."""
+    return lambda step: run.set_tags({"zoomattn.resumed_from_step": str(step)})

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from zoomattn.io import read_json, write_json
-from zoomattn.stages.common import clear_checkpoints
+from zoomattn.stages.common import clear_checkpoints, tag_resumed_from
 from zoomattn.tracking import job_run
 
 log = logging.getLogger("zoomattn")
@@ -21,6 +21,7 @@ def pretrain(
     from zoomattn.modeling.loading import load_tokenizer
     from zoomattn.modeling.pretrain import pretrain as run_pretrain
     from zoomattn.placement import Placement
+    from zoomattn.training.checkpoint import job_identity
 
     with job_run(spec, "pretrain", "base", results) as run, atomic_dir(out) as tmp:
         t0 = time.time()
@@ -36,6 +37,8 @@ def pretrain(
             threads,
             run.log_metrics,
             Placement.from_spec(spec.get("device")),
+            identity=job_identity(spec, world_dir),
+            on_start=tag_resumed_from(run),
         )
         write_json(tmp / "metrics.json", metrics)
         run.log_metrics({"wall_seconds": time.time() - t0})
@@ -48,7 +51,7 @@ def base_model(spec: dict, out: Path, results: Path) -> None:
     from zoomattn.io import atomic_dir
     from zoomattn.modeling.hub import prepare_base
 
-    with job_run(spec, "pretrain", "base", results) as run, atomic_dir(out) as tmp:
+    with job_run(spec, "pretrain", out.name, results) as run, atomic_dir(out) as tmp:
         record = prepare_base(spec["base_model"], tmp)
         write_json(tmp / "metrics.json", {"source": record["source"]})
         run.set_tags(
@@ -93,8 +96,12 @@ def finetune(
             spec["method_config"], spec["finetune"]["lora"], **context
         )
         run.set_tags({f"method.{k}": str(v) for k, v in values.items()})
+        # the resolved values (selected heads, xi_auto, ...) are part of the cell the trainer
+        # receives, and so of the identity its checkpoints are made for
         spec = {**spec, "method_config": values}
-        metrics = run_finetune(spec, data_dir, base_dir, tmp, ckpt, threads, run.log_metrics)
+        metrics = run_finetune(
+            spec, data_dir, base_dir, tmp, ckpt, threads, run.log_metrics, tag_resumed_from(run)
+        )
         write_json(tmp / "metrics.json", metrics)
         run.log_metrics({**metrics, "wall_seconds": time.time() - t0})
         if METHODS[spec["method"]].tuning(values) == "full":  # the whole model: not copied again

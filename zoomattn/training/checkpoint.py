@@ -1,27 +1,80 @@
 """Resumable training state: trainable weights, optimizer, RNG and step, written atomically.
 
 Batches are a pure function of (seed, step), so restoring this state and continuing gives the same
-weights as a run that was never interrupted.
+weights as a run that was never interrupted. A checkpoint belongs to one job identity (the job's
+spec, code hash included, and the content of its inputs): a state made by another job (a changed
+learning rate, a code edit, rebuilt data) is discarded, never continued into a hybrid.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+log = logging.getLogger(__name__)
+
+# Inputs are hashed by content up to this size, bigger files by their size alone. A job's input
+# directories are data splits (manifest.json holds the sha256 of the records) and model
+# directories (config.json, metrics.json of a pretrained base, base.json naming a hub snapshot,
+# tokenizer files): their small files identify the big ones (arrow tables, safetensors weights).
+# Reading gigabytes of weights at every job start to find a checkpoint stale would cost minutes.
+CONTENT_HASHED_BYTES = 1 << 20
+
+
+def input_fingerprint(path: str | Path) -> list[list[str]]:
+    """[relative name, sha256 of the content or "size N"] of a file or of every file of a
+    directory, sorted; hidden files (Snakemake's .snakemake_timestamp) are left out."""
+    path = Path(path)
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+    else:
+        raise FileNotFoundError(f"{path}: a job input to fingerprint does not exist")
+    out = []
+    for f in files:
+        name = f.relative_to(path).as_posix() if f != path else f.name
+        if any(part.startswith(".") for part in Path(name).parts):
+            continue
+        size = f.stat().st_size
+        digest = (
+            hashlib.sha256(f.read_bytes()).hexdigest()
+            if size <= CONTENT_HASHED_BYTES
+            else f"size {size}"
+        )
+        out.append([name, digest])
+    return out
+
+
+def job_identity(spec: dict, *inputs: str | Path) -> str:
+    """sha256 of the spec (sorted JSON: the config values and the code hash) and the inputs."""
+    h = hashlib.sha256(json.dumps(spec, sort_keys=True).encode())
+    for path in inputs:
+        h.update(json.dumps(input_fingerprint(path)).encode())
+    return h.hexdigest()
 
 
 def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
+def remove_checkpoints(directory: str | Path) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 class Checkpointer:
-    def __init__(self, directory: str | Path, every: int):
+    def __init__(self, directory: str | Path, every: int, identity: str):
         self.path = Path(directory) / "state.pt"
         self.every = every
+        self.identity = identity
 
     def due(self, step: int) -> bool:
         return self.every > 0 and step % self.every == 0
@@ -29,6 +82,7 @@ class Checkpointer:
     def save(self, step: int, model: torch.nn.Module, optimizer, extra: dict | None = None) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         state = {
+            "identity": self.identity,
             "step": step,
             "weights": trainable_state(model),
             "optimizer": optimizer.state_dict(),
@@ -42,10 +96,14 @@ class Checkpointer:
         os.replace(tmp, self.path)
 
     def restore(self, model: torch.nn.Module, optimizer) -> tuple[int, dict]:
-        """Load the last state into model and optimizer; (0, {}) when there is none."""
+        """Load the last state into model and optimizer; (0, {}) when there is none or when it
+        was made for another job identity (then it is deleted)."""
         if not self.path.exists():
             return 0, {}
         state = torch.load(self.path, weights_only=False)
+        if state.get("identity") != self.identity:
+            self._discard(state)
+            return 0, {}
         params = dict(model.named_parameters())
         missing = set(state["weights"]) - set(params)
         if missing:
@@ -62,5 +120,38 @@ class Checkpointer:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         return state["step"], state["extra"]
 
+    def _discard(self, state: dict) -> None:
+        made_for = state.get("identity")
+        why = (
+            f"identity {made_for[:12]}, this job's is {self.identity[:12]}"
+            if made_for
+            else "it records none: an older checkpoint format"
+        )
+        log.warning(
+            "discarding checkpoint %s of step %d made for another job identity (%s): "
+            "training starts from step 0",
+            self.path,
+            state.get("step", 0),
+            why,
+        )
+        self.path.unlink()
+
     def clear(self) -> None:
-        shutil.rmtree(self.path.parent, ignore_errors=True)
+        remove_checkpoints(self.path.parent)
+
+
+class MetricHistory:
+    """The metrics a run sent to ``on_metrics``, by step. Kept in the checkpoint and sent again
+    on resume, so that a resumed MLflow run holds the whole history from step 1."""
+
+    def __init__(self, on_metrics: Callable[[dict, int], None]):
+        self.on_metrics = on_metrics
+        self.by_step: dict[int, dict] = {}
+
+    def __call__(self, metrics: dict, step: int) -> None:
+        self.by_step.setdefault(step, {}).update(metrics)
+        self.on_metrics(metrics, step)
+
+    def replay(self, by_step: dict[int, dict]) -> None:
+        for step, metrics in sorted(by_step.items()):
+            self(metrics, step)

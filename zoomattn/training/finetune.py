@@ -27,7 +27,7 @@ from zoomattn.modeling.loading import (
 )
 from zoomattn.placement import Placement
 from zoomattn.training.batching import encode_example, pad_batch, scored_tokens
-from zoomattn.training.checkpoint import Checkpointer
+from zoomattn.training.checkpoint import Checkpointer, MetricHistory, job_identity
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,12 @@ def finetune(
     ckpt_dir: Path,
     threads: int,
     on_metrics=lambda metrics, step: None,
+    on_start=lambda resumed_from_step: None,
 ) -> dict:
+    """Train one cell. A checkpoint is resumed only when made for the same cell (every value of it,
+    the resolved method values and the code hash included) on the same data and base; a resumed
+    run first sends ``on_metrics`` the metrics logged before the interruption again.
+    ``on_start`` gets the step training resumes from (0: from scratch)."""
     ft = cell["finetune"]
     torch.manual_seed(cell["seed"])
     random.seed(cell["seed"])
@@ -138,12 +143,15 @@ def finetune(
     trainable = [p for p in model.parameters() if p.requires_grad]
     n_trainable = sum(p.numel() for p in trainable)
     optimizer = make_optimizer(ft["optimizer"], trainable, ft["lr"])
-    ckpt = Checkpointer(ckpt_dir, ft["checkpoint_every"])
-    step, _ = ckpt.restore(model, optimizer)
+    ckpt = Checkpointer(ckpt_dir, ft["checkpoint_every"], job_identity(cell, data_dir, base_dir))
+    step, extra = ckpt.restore(model, optimizer)
     if step:
         log.info("resumed %s from step %d", cell["run"], step)
+    on_start(step)
+    history = MetricHistory(on_metrics)
+    history.replay(extra.get("metrics", {}))
+    window: list[dict[str, float]] = extra.get("window", [])  # steps since the last log
     model.train()
-    history: list[dict[str, float]] = []
     bar = tqdm(total=ft["steps"], initial=step, desc=f"finetune {cell['run']}", mininterval=5)
     micro = ft.get("micro_batch_size") or ft["batch_size"]
     while step < ft["steps"]:
@@ -169,14 +177,14 @@ def finetune(
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
-        history.append(metrics)
+        window.append(metrics)
         bar.update(1)
         if step % ft["log_every"] == 0:
-            recent = history[-ft["log_every"] :]
-            on_metrics({k: sum(m[k] for m in recent) / len(recent) for k in metrics}, step)
+            history({k: sum(m[k] for m in window) / len(window) for k in metrics}, step)
+            window = []
             bar.set_postfix(loss=f"{metrics['train_loss']:.3f}")
         if ckpt.due(step):
-            ckpt.save(step, model, optimizer)
+            ckpt.save(step, model, optimizer, {"metrics": history.by_step, "window": window})
     bar.close()
     save_finetuned(model, out_dir, cell["method"], cell["method_config"])
     if own_tokenizer:
