@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -179,5 +180,73 @@ def test_a_child_that_cannot_use_cuda_hands_its_job_back_and_stops_the_server(se
     assert os.path.exists(path)
     touched.touch()  # as if the server had touched CUDA once serving
     assert "the worker touched CUDA" in _echo_job(path, tmp_path, CLIENT_OR_HERE)
+    assert proc.wait(timeout=10) == 0
+    assert not os.path.exists(path)
+
+
+def _serve_elsewhere(path: Path, log: Path, *extra: str) -> subprocess.Popen:
+    """A server at ``path`` (nothing preloaded, echo jobs) besides the fixture's; ``extra``:
+    more command-line arguments, ignored by it."""
+    code = f"from zoomattn.worker import serve; serve({str(path)!r}, (), 'tests.worker_entry:echo')"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, *extra], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    assert _wait_for(lambda: path.exists() or proc.poll() is not None), "server did not start"
+    return proc
+
+
+def _half_bound(path: Path) -> None:
+    """A socket file as a server leaves it that died between binding and listening."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    sock.close()
+
+
+def test_a_starting_server_removes_the_sockets_of_dead_servers_and_keeps_live_ones(
+    server, tmp_path
+):
+    live = tmp_path / f"{worker.SOCKET_PREFIX}live.sock"
+    other = _serve_elsewhere(live, tmp_path / "live.log")
+    dead = tmp_path / f"{worker.SOCKET_PREFIX}dead.sock"
+    killed = _serve_elsewhere(dead, tmp_path / "dead.log")
+    killed.kill()  # SIGKILL: no chance to remove its socket
+    killed.wait()
+    assert dead.exists()
+    dead_binding = tmp_path / f"{worker.SOCKET_PREFIX}half.sock.{killed.pid}"
+    _half_bound(dead_binding)
+    live_binding = tmp_path / f"{worker.SOCKET_PREFIX}busy.sock.{os.getpid()}"
+    _half_bound(live_binding)
+    not_a_socket = tmp_path / f"{worker.SOCKET_PREFIX}note.sock"
+    not_a_socket.write_text("")
+    try:
+        server("tests.worker_entry:echo")  # in the same directory
+        assert not dead.exists() and not dead_binding.exists()
+        assert live.exists() and live_binding.exists() and not_a_socket.exists()
+        assert (
+            f"removed the socket of a dead worker: {dead}" in (tmp_path / "worker.log").read_text()
+        )
+        assert _echo_job(str(live), tmp_path) == ""  # the live server still serves
+        assert "dropped" not in (tmp_path / "live.log").read_text()  # a probe is no request
+    finally:
+        other.terminate()
+        other.wait(timeout=10)
+
+
+def test_stop_removes_the_socket_of_a_server_killed_before_it_could(tmp_path, monkeypatch):
+    path = tmp_path / f"{worker.SOCKET_PREFIX}killed.sock"
+    proc = _serve_elsewhere(path, tmp_path / "killed.log", "--socket", str(path))
+    monkeypatch.setenv(ENV_WORKER, str(path))
+    proc.kill()
+    proc.wait()
+    assert path.exists()
+    worker.stop(proc)
+    assert not path.exists()
+
+
+def test_a_server_hung_up_on_removes_its_socket(server):
+    path, proc = server("tests.worker_entry:echo")
+    proc.send_signal(signal.SIGHUP)
     assert proc.wait(timeout=10) == 0
     assert not os.path.exists(path)

@@ -12,15 +12,21 @@ client (killing the client kills the job). With no server, or on a cluster where
 A child forked after its parent initialised CUDA cannot use CUDA ("Cannot re-initialize CUDA in
 forked subprocess"), so the server never touches the GPU: it preloads nothing that does, and if a
 preloaded module did all the same, it does not serve (its jobs then run in their own processes).
+
+A server removes its socket when it stops, and ``stop`` removes it after a server that could not
+(SIGKILL). Where both died at once (``kill -9`` of the whole run), the next server to start
+removes the sockets of its dead predecessors: those nobody listens on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -30,6 +36,7 @@ import traceback
 import uuid
 
 ENV_WORKER = "ZOOMATTN_WORKER"
+SOCKET_PREFIX = "zoomattn-worker-"
 PRELOAD = (
     "torch",
     "transformers.modeling_utils",
@@ -55,7 +62,7 @@ PRELOAD_WITHOUT_CUDA = ("peft",)
 def start(python: str, log: str) -> subprocess.Popen:
     """Start a server for this process's jobs (it stops when this process does) and name it in
     the environment its jobs inherit."""
-    path = os.path.join(tempfile.gettempdir(), f"zoomattn-worker-{uuid.uuid4().hex[:12]}.sock")
+    path = os.path.join(tempfile.gettempdir(), f"{SOCKET_PREFIX}{uuid.uuid4().hex[:12]}.sock")
     os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
     with open(log, "w") as out:
         proc = subprocess.Popen(
@@ -75,6 +82,57 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.wait()
+    path = proc.args[proc.args.index("--socket") + 1]
+    with contextlib.suppress(FileNotFoundError):  # a server killed before it could remove it
+        os.unlink(path)
+
+
+def _listening(path: str) -> bool:
+    """Whether a server accepts connections on this unix socket (True where it cannot tell)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except OSError:  # another user's socket, a full backlog: leave it
+        return True
+    finally:
+        probe.close()
+    return True
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def remove_stale_sockets(directory: str) -> list[str]:
+    """Remove the sockets that dead servers left in ``directory``: a served one that nobody
+    listens on, and one a server died binding (named ``<socket>.<its pid>``). Returns them."""
+    removed = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        stem, _, pid = name.rpartition(".")
+        try:
+            if not name.startswith(SOCKET_PREFIX) or not stat.S_ISSOCK(os.lstat(path).st_mode):
+                continue
+            if name.endswith(".sock"):
+                stale = not _listening(path)
+            else:
+                stale = stem.endswith(".sock") and pid.isdigit() and not _pid_alive(int(pid))
+            if stale:
+                os.unlink(path)
+                removed.append(path)
+        except OSError:  # gone meanwhile, or another user's
+            continue
+    return removed
 
 
 def _send(conn: socket.socket, message: dict) -> None:
@@ -227,6 +285,8 @@ def serve(path: str, preload: tuple[str, ...] | None = None, entry: str = ENTRY)
         print(f"zoomattn worker: not serving: {why}; jobs run in their own processes", flush=True)
         return
     parent, server_pid = os.getppid(), os.getpid()
+    for stale in remove_stale_sockets(os.path.dirname(path) or "."):
+        print(f"zoomattn worker: removed the socket of a dead worker: {stale}", flush=True)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = f"{path}.{os.getpid()}"
     server.bind(tmp)
@@ -235,7 +295,8 @@ def serve(path: str, preload: tuple[str, ...] | None = None, entry: str = ENTRY)
     server.settimeout(1.0)
     print(f"zoomattn worker: ready in {time.time() - t0:.1f} s at {path}", flush=True)
     stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # stop, and remove the socket
+        signal.signal(sig, lambda *_: stopping.set())
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     try:
         while not stopping.is_set() and os.getppid() == parent:
@@ -247,6 +308,9 @@ def serve(path: str, preload: tuple[str, ...] | None = None, entry: str = ENTRY)
             fds = []
             try:
                 first, fds, _, _ = socket.recv_fds(conn, 1, 3)
+                if not first:  # a probe (remove_stale_sockets of another server): no request
+                    conn.close()
+                    continue
                 request = json.loads(first + conn.makefile("rb").readline())
             except (OSError, ValueError) as exc:  # a client that died mid-request
                 print(f"zoomattn worker: dropped a request: {exc!r}", flush=True)

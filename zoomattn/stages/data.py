@@ -52,7 +52,10 @@ def _study_data(spec: dict, world_dir: Path | None, out: Path, results: Path) ->
     """A training or eval set of a side study (data/build.py: build_distractor_set)."""
     from zoomattn.data.build import build_distractor_set
 
-    name = f"{spec.get('benchmark', 'train')}@{spec['placement']}"
+    # The set's directory names its split (vanilla, reverse, n4, irr1, r0.9): the spec does not
+    # (every robustness and noise split lays documents out as vanilla; irr0 and n<passages> are
+    # the same spec), and one run name per job keeps runs apart in the UI.
+    name = f"{spec.get('benchmark', 'train')}@{out.name}"
     with job_run(spec, "data", f"{spec['study']}/{name}", results) as run:
         manifest = build_distractor_set(spec, world_dir, out)
         run.log_metrics({"examples": manifest["examples"]})
