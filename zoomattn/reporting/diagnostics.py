@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import math
 import re
-import textwrap
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.patches import Patch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
+from zoomattn.reporting.html_tables import write_table_html
+from zoomattn.reporting.plotting import legend_entries, mark_gaps, note_if_all_zero, save
 
 CLASSES = ("edge", "uniform", "middle", "other")  # as evaluation.head_patterns.CLASSES
 STUDY_ORDER = ("base", "opamp", "rectification", "mudaf", "lkg", "leaderboard")
@@ -153,19 +152,19 @@ def golden_share_table(models: dict[str, dict], attention: list[dict]) -> pd.Dat
     )
 
 
-def _legend_outside(ax, **kw) -> None:
-    if ax.get_legend_handles_labels()[1]:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, **kw)
+def _legend_outside(ax) -> None:
+    handles, labels = legend_entries(ax)
+    if labels:
+        kw = {"fontsize": 7, "loc": "upper left", "bbox_to_anchor": (1.01, 1), "frameon": False}
+        ax.legend(handles, labels, **kw)
 
 
-def _save(fig, path: Path, title: str) -> None:
-    fig.suptitle(textwrap.fill(title, 110), fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def _save(fig, path: Path, title: str):
+    fig.suptitle(title, fontsize=10)
+    return save(fig, path)
 
 
-def plot_golden_share(df: pd.DataFrame, path: Path) -> None:
+def plot_golden_share(df: pd.DataFrame, path: Path):
     order = ("leaderboard", *[s for s in STUDY_ORDER if s not in ("base", "leaderboard")])
     panels = [s for s in order if (df["study"] == s).any()]
     cols = min(2, len(panels))
@@ -183,6 +182,7 @@ def plot_golden_share(df: pd.DataFrame, path: Path) -> None:
             kw = dict(color=f"C{i % 10}", ls=("-", "-.", ":")[cycle], marker="osd"[cycle], ms=3)
             kw = dict(color="grey", ls="--") if base else kw
             ax.plot(c["position"], c["golden_share"], label=name, **kw)
+            mark_gaps(ax, c["position"], c["golden_share"], kw["color"])
             if c["n_seeds"].max() > 1:
                 ax.fill_between(
                     c["position"], c["share_min"], c["share_max"], alpha=0.15, color=kw["color"]
@@ -193,7 +193,7 @@ def plot_golden_share(df: pd.DataFrame, path: Path) -> None:
         ax.set_ylabel("golden document's attention share")
         ax.set_title(f"{study} models (band: min..max over seeds)", fontsize=9)
         _legend_outside(ax)
-    _save(fig, path, "Golden attention share by document position")
+    return _save(fig, path, "Golden attention share by document position")
 
 
 def answer_gap_tables(models: dict[str, dict], evals: list[dict]) -> pd.DataFrame:
@@ -235,7 +235,7 @@ def _yerr(s: pd.DataFrame) -> np.ndarray:
     return np.nan_to_num(np.vstack([gap - lo, hi - gap]).clip(min=0))
 
 
-def plot_answer_gap(df: pd.DataFrame, path: Path) -> None:
+def plot_answer_gap(df: pd.DataFrame, path: Path):
     panels = [s for s in ("leaderboard", "rectification") if (df["study"] == s).any()]
     fig, axes = plt.subplots(1, len(panels), figsize=(8.5 * len(panels), 4.6), squeeze=False)
     for ax, study in zip(axes[0], panels, strict=True):
@@ -246,7 +246,7 @@ def plot_answer_gap(df: pd.DataFrame, path: Path) -> None:
                 s = s.sort_values("noise_ratio")
                 dodge = (i - (len(groups) - 1) / 2) * 0.006  # error bars side by side
                 name = f"{label} ({int(s['n_seeds'].max())} seeds)"
-                ax.errorbar(
+                bars = ax.errorbar(
                     s["noise_ratio"] + dodge,
                     s["answer_gap"],
                     _yerr(s),
@@ -254,6 +254,7 @@ def plot_answer_gap(df: pd.DataFrame, path: Path) -> None:
                     capsize=3,
                     label=name,
                 )
+                mark_gaps(ax, s["noise_ratio"] + dodge, s["answer_gap"], bars.lines[0].get_color())
             ax.set_xticks(sorted(set(sub["noise_ratio"])))
             ax.set_xlabel("noise ratio")
             ax.set_title(
@@ -271,17 +272,19 @@ def plot_answer_gap(df: pd.DataFrame, path: Path) -> None:
                 for lab, p in zip(bars["label"], bars["placement"], strict=True)
             ]
             ax.set_xticks(range(len(bars)), names, rotation=45, ha="right", fontsize=7)
+            ax.set_xlabel("model (eval placement)")
             ax.set_title("rectification: by model and eval placement (bars: 95% CI)", fontsize=9)
         ax.axhline(0, color="k", lw=0.6)
         ax.set_ylabel("answer-token attention gap (×1000)")
         _legend_outside(ax)
-    _save(fig, path, "Answer-token attention gap")
+    return _save(fig, path, "Answer-token attention gap")
 
 
 def _rows_axes(n: int, width: float = 9.0):
     fig, ax = plt.subplots(figsize=(width, max(2.5, 0.28 * n + 1.6)))
     ys = np.arange(n)[::-1]
     ax.set_ylim(-0.6, n - 0.4)
+    ax.set_ylabel("model cell (study: label)")
     return fig, ax, ys
 
 
@@ -294,15 +297,17 @@ def _cell_names(cells: pd.DataFrame) -> list[str]:
 def _study_bars(ax, ys, cells: pd.DataFrame, column: str) -> list[Patch]:
     """One bar per cell of ``column`` (its mean over seeds), coloured by study, whiskers at the
     seeds' range, the cells named on the y axis; returns the studies' legend handles."""
-    value = cells[column]
+    value = cells[column].astype(float)
     err = np.nan_to_num(np.vstack([value - cells[f"{column}_min"], cells[f"{column}_max"] - value]))
     colours = [STUDY_COLOURS.get(s, "C5") for s in cells["study"]]
     ax.barh(ys, value.fillna(0), 0.7, xerr=err, color=colours, capsize=2)
+    mark_gaps(ax, ys, value, "black", horizontal=True)
+    note_if_all_zero(ax, value, "value")
     ax.set_yticks(ys, _cell_names(cells), fontsize=7)
     return [Patch(color=STUDY_COLOURS.get(s, "C5"), label=s) for s in dict.fromkeys(cells["study"])]
 
 
-def plot_retrieval_heads(cells: pd.DataFrame, path: Path) -> None:
+def plot_retrieval_heads(cells: pd.DataFrame, path: Path):
     fig, ax, ys = _rows_axes(len(cells))
     handles = _study_bars(ax, ys, cells, "top5")
     ax.plot(cells["max_f1"], ys, "k|", ms=10, label="max F1 (mean over seeds)")
@@ -311,26 +316,27 @@ def plot_retrieval_heads(cells: pd.DataFrame, path: Path) -> None:
         f"retrieval-head strength: mean F1 of the top {TOP_SHARE:.0%} heads (bar: seeds' range)"
     )
     ax.legend(
-        handles=[*handles, *ax.get_legend_handles_labels()[0]],
+        handles=[*handles, *legend_entries(ax)[0]],  # "no data" last, if a bar is missing
         fontsize=7,
         loc="upper left",
         bbox_to_anchor=(1.01, 1),
         frameon=False,
     )
-    _save(fig, path, "Retrieval heads of every model")
+    return _save(fig, path, "Retrieval heads of every model")
 
 
-def plot_common_answer_gap(cells: pd.DataFrame, path: Path) -> None:
+def plot_common_answer_gap(cells: pd.DataFrame, path: Path):
     """Every model's answer-token attention gap on the one attention set (the golden share's)."""
     fig, ax, ys = _rows_axes(len(cells))
     handles = _study_bars(ax, ys, cells, "common_answer_gap")
     ax.axvline(0, color="k", lw=0.6)
     ax.set_xlabel("answer-token attention gap ×1000 on the attention set (bar: seeds' range)")
+    handles += legend_entries(ax)[0]  # "no data", if a bar is missing
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
-    _save(fig, path, "Answer-token attention gap of every model")
+    return _save(fig, path, "Answer-token attention gap of every model")
 
 
-def plot_head_patterns(cells: pd.DataFrame, path: Path) -> None:
+def plot_head_patterns(cells: pd.DataFrame, path: Path):
     fig, ax, ys = _rows_axes(len(cells))
     left = np.zeros(len(cells))
     for i, c in enumerate(CLASSES):
@@ -341,7 +347,7 @@ def plot_head_patterns(cells: pd.DataFrame, path: Path) -> None:
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of heads by majority pattern (mean over seeds)")
     _legend_outside(ax)
-    _save(fig, path, "Head attention patterns (LKG-RALM App. D classes)")
+    return _save(fig, path, "Head attention patterns (LKG-RALM App. D classes)")
 
 
 def build_diagnostics(
@@ -358,9 +364,7 @@ def build_diagnostics(
     table.to_csv(out / "diagnostics.csv", index=False)
     shown = table.astype(object).where(table.notna(), None)  # missing values as blanks
     (out / "diagnostics.md").write_text(shown.to_markdown(index=False, floatfmt=".3f") + "\n")
-    (out / "diagnostics.html").write_text(
-        table.to_html(index=False, float_format="%.3f", na_rep="")
-    )
+    write_table_html(table, out / "diagnostics.html", float_format="%.3f")
     shares = golden_share_table(models, attention)
     if not shares.empty and (shares["study"] != "base").any():
         shares.to_csv(out / "diag_golden_share.csv", index=False)

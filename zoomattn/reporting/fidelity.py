@@ -18,6 +18,7 @@ from zoomattn.reporting import lkg, mudaf, published, rectification, tables
 from zoomattn.reporting import published_lkg as paper_lkg
 from zoomattn.reporting import published_mudaf as paper_mudaf
 from zoomattn.reporting import published_rectification as paper_rect
+from zoomattn.reporting.html_tables import write_table_html
 from zoomattn.reporting.mudaf_heads import mudaf_cells
 
 OPAMP = "opamp"
@@ -200,7 +201,7 @@ def _write(df: pd.DataFrame, out: Path, name: str, title: str) -> None:
     df.to_csv(out / f"{name}.csv", index=False)
     shown = df.round({c: 1 for c in ("difference", "diff_ci_low", "diff_ci_high") if c in df})
     (out / f"{name}.md").write_text(f"### {title}\n\n" + shown.to_markdown(index=False) + "\n")
-    (out / f"{name}.html").write_text(shown.to_html(index=False))
+    write_table_html(shown, out / f"{name}.html")
 
 
 def write_fidelity(spec: dict, evals: list[dict], predictions: dict, out: Path) -> None:

@@ -12,14 +12,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from zoomattn.reporting.bootstrap import LEVEL, RESAMPLES, difference_ci, mean_ci, verdict  # noqa: E402
+from zoomattn.reporting.bootstrap import LEVEL, RESAMPLES, difference_ci, mean_ci, verdict
+from zoomattn.reporting.html_tables import write_table_html
+from zoomattn.reporting.plotting import empty_panel, legend_entries, mark_gaps, save
 
 MEAN = "mean"
 MARK = {"higher": " ↑", "lower": " ↓", "n.s.": ""}
@@ -124,24 +123,27 @@ def wide(long: pd.DataFrame) -> pd.DataFrame:
     return table.loc[list(order), columns].reset_index().rename(columns={"label": "method"})
 
 
-def plot(long: pd.DataFrame, spec: dict, path: Path) -> None:
+def plot(long: pd.DataFrame, spec: dict, path: Path):
     """Score against the noise ratio, one panel per benchmark, one line per method (95% CI)."""
     benchmarks = list(spec["benchmarks"])
     fig, axes = plt.subplots(1, len(benchmarks), figsize=(5 * len(benchmarks), 4), squeeze=False)
     for ax, benchmark in zip(axes[0], benchmarks, strict=True):
-        for label, rows in long[long["column"].str.startswith(f"{benchmark} r=")].groupby(
-            "label", sort=False
-        ):
+        ax.set_title(benchmark)
+        cells = long[long["column"].str.startswith(f"{benchmark} r=")]
+        if cells.empty:
+            empty_panel(ax, f"no leaderboard cell of {benchmark}")
+            continue
+        for label, rows in cells.groupby("label", sort=False):
             ratios = [float(c.split("r=")[1]) for c in rows["column"]]
             yerr = [rows["score"] - rows["ci_low"], rows["ci_high"] - rows["score"]]
-            ax.errorbar(ratios, rows["score"], yerr=yerr, marker="o", capsize=3, label=label)
-        ax.set_title(benchmark)
+            bars = ax.errorbar(ratios, rows["score"], yerr=yerr, marker="o", capsize=3, label=label)
+            mark_gaps(ax, ratios, rows["score"], bars.lines[0].get_color())
         ax.set_xlabel("noise ratio")
         ax.set_ylabel("score ×100 (95% CI over seeds and examples)")
-    axes[0][-1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1, 0.5))
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    axes[0][-1].legend(
+        *legend_entries(*axes[0]), fontsize=8, loc="center left", bbox_to_anchor=(1, 0.5)
+    )
+    return save(fig, path)
 
 
 def write_leaderboard(spec: dict, predictions: dict, out: Path, **bootstrap) -> pd.DataFrame:
@@ -150,6 +152,6 @@ def write_leaderboard(spec: dict, predictions: dict, out: Path, **bootstrap) -> 
     table = wide(long)
     table.to_csv(out / "leaderboard.csv", index=False)
     (out / "leaderboard.md").write_text(table.to_markdown(index=False) + "\n")
-    table.to_html(out / "leaderboard.html", index=False)
+    write_table_html(table, out / "leaderboard.html")
     plot(long, spec, out / "leaderboard.png")
     return table

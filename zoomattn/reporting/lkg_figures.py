@@ -8,19 +8,15 @@ its own, labelled as the paper's.
 
 from __future__ import annotations
 
-import textwrap
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.colors import ListedColormap
+from matplotlib.patches import Patch
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.colors import ListedColormap  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-
-from zoomattn.reporting import published_lkg as paper  # noqa: E402
-from zoomattn.reporting.tables import cell  # noqa: E402
+from zoomattn.reporting import published_lkg as paper
+from zoomattn.reporting.plotting import empty_panel, legend_entries, mark_gaps, save
+from zoomattn.reporting.tables import cell
 
 CLASSES = ("edge", "uniform", "middle", "other")  # evaluation/head_patterns.py's order
 CLASS_COLOURS = {"edge": "tab:blue", "uniform": "tab:orange", "middle": "tab:green"}
@@ -225,7 +221,7 @@ def robustness(
     published_xlabel: str,
     path,
     title: str,
-) -> None:
+):
     """Left: our score vs ``x`` per model row, the 95% interval as a band. Right: the points the
     paper's text states (markers joined by dotted lines), a flat system and a stated peak whose
     x is unknown as horizontal lines."""
@@ -237,10 +233,14 @@ def robustness(
         colour = f"C{i}"
         left.plot(s["x"], s["score"], "o-", color=colour, label=label)
         left.fill_between(s["x"], s["ci_low"], s["ci_high"], color=colour, alpha=0.2)
-    left.set_xlabel(xlabel)
-    left.set_ylabel(f"score ×100 ({ours['metric'].iloc[0] if len(ours) else '?'})")
+        mark_gaps(left, s["x"], s["score"], colour)
     left.set_title("ours (95% CI band)", fontsize=9)
-    left.legend(fontsize=7)
+    if left.has_data():
+        left.set_xlabel(xlabel)
+        left.set_ylabel(f"score ×100 ({ours['metric'].iloc[0]})")
+        left.legend(*legend_entries(left), fontsize=7)
+    else:
+        empty_panel(left, "no evaluation of ours on this axis")
     names = list(published) + [n for n in (*flat, *peak) if n not in published]
     for name in names:
         colour = f"C{names.index(name)}"
@@ -262,10 +262,8 @@ def robustness(
     right.set_ylabel("EM ×100 (published)")
     right.set_title("PUBLISHED: points the paper's text states; not our runs", fontsize=9)
     right.legend(fontsize=7)
-    fig.suptitle(textwrap.fill(title, 130), fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fig.suptitle(title, fontsize=9)
+    return save(fig, path)
 
 
 def head_patterns(
@@ -274,7 +272,7 @@ def head_patterns(
     map_title: str,
     path,
     title: str,
-) -> None:
+):
     """Stacked bars: each model's share of heads per class (%); a bar flagged ``True`` is the
     paper's, its unstated remainder hatched. Beside it, the base's layer × head class map."""
     n_panels = 2 if class_map else 1
@@ -298,6 +296,7 @@ def head_patterns(
         ax.text(x, 101, f"mid {dist.get('middle', 0):.1f}%", ha="center", fontsize=6)
     ax.set_xticks(xs, [label for label, _, _ in bars], fontsize=7, rotation=30, ha="right")
     ax.set_ylim(0, 108)
+    ax.set_xlabel("model")
     ax.set_ylabel("share of heads (%)")
     ax.set_title("heads by pattern (a head's most frequent class)", fontsize=9)
     handles = [Patch(color=CLASS_COLOURS[c], label=c) for c in CLASSES]
@@ -313,8 +312,6 @@ def head_patterns(
         ax.set_xticks(range(codes.shape[1]))
         ax.set_yticks(range(codes.shape[0]))
         ax.tick_params(labelsize=6)
-        ax.set_title(textwrap.fill(map_title, 60), fontsize=9)
-    fig.suptitle(textwrap.fill(title, 140), fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        ax.set_title(map_title, fontsize=9)
+    fig.suptitle(title, fontsize=9)
+    return save(fig, path)

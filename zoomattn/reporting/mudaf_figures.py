@@ -4,17 +4,13 @@ retrieval heads of every model of the grid. Ours only: the paper's numbers stay 
 
 from __future__ import annotations
 
-import textwrap
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.patches import Rectangle
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
-
-from zoomattn.reporting.rectification_figures import (  # noqa: E402
+from zoomattn.reporting.plotting import empty_panel, mark_gaps, note_if_all_zero, save
+from zoomattn.reporting.rectification_figures import (
     SCORES,
     _errorbar,
     _finish,
@@ -26,7 +22,7 @@ MODELS = ("base", "MuDAF", "Vanilla-SFT")  # Figs. 5/6 bars, in the paper's orde
 STUDY_COLOURS = {"base": "grey", "opamp": "C0", "rectification": "C1", "mudaf": "C2", "lkg": "C3"}
 
 
-def head_sweep(t4: pd.DataFrame, rows: list[str], refs: pd.DataFrame, path, title: str) -> None:
+def head_sweep(t4: pd.DataFrame, rows: list[str], refs: pd.DataFrame, path, title: str):
     """Table 4 as a figure: score vs head count per benchmark (95% CI bars); reference rows
     (the base, MuDAF-weak) as horizontal lines."""
     benches = list(dict.fromkeys(t4["benchmark"]))
@@ -44,12 +40,12 @@ def head_sweep(t4: pd.DataFrame, rows: list[str], refs: pd.DataFrame, path, titl
         ax.set_xlabel("target heads n (asked→trained where clipped; 0 = Vanilla-SFT)")
         ax.set_ylabel(f"{b} score ×100 ({s['metric'].iloc[0]})")
         ax.set_title(b, fontsize=9)
-    _finish(fig, axes, path, textwrap.fill(title, 50 * len(axes) + 20))
+    return _finish(fig, axes, path, title)
 
 
-def target_heads(df: pd.DataFrame, path, title: str) -> None:
+def target_heads(df: pd.DataFrame, path, title: str):
     """Figs. 5/6: each target head's retrieval score in the base, after MuDAF and after
-    Vanilla-SFT, one panel per selection (grouped bars)."""
+    Vanilla-SFT, one panel per selection (grouped bars); a missing score is a hollow marker."""
     groups = list(dict.fromkeys(df["cell"]))
     widths = [max(4.6, 0.45 * (df["cell"] == g).sum() + 1.5) for g in groups]
     fig, axes = plt.subplots(
@@ -62,16 +58,18 @@ def target_heads(df: pd.DataFrame, path, title: str) -> None:
         for i, (col, name) in enumerate(zip(("base", "mudaf", "vanilla_sft"), MODELS, strict=True)):
             label = BASE_NAME if name == "base" else name
             ax.bar(xs + (i - 1) * 0.27, s[col].fillna(0), 0.27, color=f"C{i}", label=label)
+            mark_gaps(ax, xs + (i - 1) * 0.27, s[col], f"C{i}", label="no data (model missing)")
+        note_if_all_zero(ax, s[["base", "mudaf", "vanilla_sft"]].to_numpy(), "retrieval score")
         ax.set_xticks(xs, s["target"], fontsize=7, rotation=45, ha="right")
         ax.set_xlim(-0.7, max(len(s), 4) - 0.3)
         ax.set_xlabel("target head (layer-head)")
         ax.set_ylabel("retrieval score (mean F1)")
         ax.set_ylim(0, 1.02)
         ax.set_title(g, fontsize=9)
-    _finish(fig, axes, path, textwrap.fill(title, 50 * len(axes) + 20))
+    return _finish(fig, axes, path, title)
 
 
-def delta_maps(panels: list[tuple[str, np.ndarray, list]], path, title: str) -> None:
+def delta_maps(panels: list[tuple[str, np.ndarray, list]], path, title: str):
     """App. C: layer × head map of the retrieval-score change (model − base) per model, the
     selected heads outlined; one colour scale for all panels."""
     limit = max((np.nanmax(np.abs(d)) for _, d, _ in panels), default=1.0) or 1.0
@@ -94,29 +92,35 @@ def delta_maps(panels: list[tuple[str, np.ndarray, list]], path, title: str) -> 
         ax.tick_params(labelsize=7)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
-        ax.set_title(textwrap.fill(name, 40), fontsize=8)
+        ax.set_title(name, fontsize=8)
     fig.colorbar(im, ax=list(axes[0]), label="Δ retrieval score (model − base)")
-    fig.suptitle(textwrap.fill(title, 40 * len(panels) + 20), fontsize=9)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fig.suptitle(title, fontsize=9)
+    return save(fig, path)
 
 
-def across_methods(df: pd.DataFrame, path, title: str) -> None:
+def across_methods(df: pd.DataFrame, path, title: str):
     """Every model's retrieval heads: mean F1 of its base's top-5% heads and mean F1 over all
-    heads (bars), max F1 (marker); the study in the label and the colour."""
+    heads (bars), max F1 (marker); the study in the label and the colour. A missing value is a
+    hollow marker; all-zero bars are said to be zero."""
     n = len(df)
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.32 * n + 1.2)))
+    ax.set_title(title, fontsize=9)
+    if df.empty:
+        empty_panel(ax, "no model has retrieval-head scores")
+        return save(fig, path)
     ys = np.arange(n)[::-1]
     colours = [STUDY_COLOURS.get(s, "C4") for s in df["study"]]
-    ax.barh(ys + 0.2, df["top5_mean_f1"], 0.4, color=colours, label="base's top-5% heads: mean F1")
-    ax.barh(ys - 0.2, df["mean_f1"], 0.4, color=colours, alpha=0.4, label="all heads: mean F1")
+    bars = (("top5_mean_f1", 0.2, 1.0, "base's top-5% heads"), ("mean_f1", -0.2, 0.4, "all heads"))
+    for column, shift, alpha, name in bars:
+        values = df[column].astype(float)
+        ax.barh(ys + shift, values, 0.4, color=colours, alpha=alpha, label=f"{name}: mean F1")
+        mark_gaps(ax, ys + shift, values, "black", horizontal=True)
     ax.plot(df["max_f1"], ys, "k|", ms=10, label="max F1")
+    note_if_all_zero(ax, df[["top5_mean_f1", "mean_f1", "max_f1"]].to_numpy(), "retrieval score")
     ax.set_yticks(ys, [f"{s}: {m}" for s, m in zip(df["study"], df["model"], strict=True)])
     ax.tick_params(axis="y", labelsize=7)
     ax.set_xlim(0, 1.02)
     ax.set_xlabel("retrieval score (F1)")
+    ax.set_ylabel("model (study: model id)")
     ax.legend(fontsize=7, loc="lower right")
-    ax.set_title(textwrap.fill(title, 90), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return save(fig, path)

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import math
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from zoomattn.reporting import published_rectification as paper  # noqa: E402
+from zoomattn.reporting import published_rectification as paper
+from zoomattn.reporting.plotting import empty_panel, save
 
 BASE_NAME = "base (no fine-tune)"  # the "vanilla" row; not to be confused with the placement
 SCORES = ("score", "ci_low", "ci_high")
@@ -28,7 +26,7 @@ def _panels(n: int, width: float = 4.6, height: float = 3.9):
     return fig, list(axes[0])
 
 
-def _finish(fig, axes, path, title: str, legend_cols: int = 3) -> None:
+def _finish(fig, axes, path, title: str, legend_cols: int = 3):
     handles, labels = [], []
     for ax in axes:  # one legend for the figure, below the panels, without duplicates
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -40,9 +38,7 @@ def _finish(fig, axes, path, title: str, legend_cols: int = 3) -> None:
     if labels:
         fig.legend(handles, labels, loc="lower center", ncol=legend_cols, fontsize=7, frameon=False)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout(rect=(0, bottom, 1, 0.95))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return save(fig, path, rect=(0, bottom, 1, 1))
 
 
 def _errorbar(ax, xs, s: pd.DataFrame, cols, **kw) -> None:
@@ -76,10 +72,10 @@ def xi_curves(t1: pd.DataFrame, xi_rows: list[str], placements: list[str], path,
         ax.set_xlabel("ξ")
         ax.set_ylabel(f"{b} score ×100 ({sub['metric'].iloc[0]})")
         ax.set_title(f"{b}, query placement per line", fontsize=9)
-    _finish(fig, axes, path, title, legend_cols=len(placements) or 1)
+    return _finish(fig, axes, path, title, legend_cols=len(placements) or 1)
 
 
-def published_curves(mapped: list[tuple[str, str]], placements: list[str], path) -> None:
+def published_curves(mapped: list[tuple[str, str]], placements: list[str], path):
     """The published Table 1 for the paper columns our benchmarks map to, one panel each."""
     columns = list(dict.fromkeys(col for _, col in mapped))
     fig, axes = _panels(len(columns))
@@ -100,7 +96,7 @@ def published_curves(mapped: list[tuple[str, str]], placements: list[str], path)
         ax.set_xlabel("ξ")
         ax.set_ylabel(f"{col} (published, ×100)")
         ax.set_title(f"PUBLISHED {col} (ours: {ours})", fontsize=9)
-    _finish(fig, axes, path, f"{paper.SOURCE}; not our runs", legend_cols=len(shown))
+    return _finish(fig, axes, path, f"{paper.SOURCE}; not our runs", legend_cols=len(shown))
 
 
 def answer_gap(gaps: pd.DataFrame, rows: list[str], placements: list[str], path, title: str):
@@ -128,7 +124,7 @@ def answer_gap(gaps: pd.DataFrame, rows: list[str], placements: list[str], path,
         ax.set_xlabel("model (numbers: ξ)")
         ax.set_ylabel("attn(answer) − attn(other), ×1000")
         ax.set_title(b, fontsize=9)
-    _finish(fig, axes, path, title, legend_cols=len(placements) or 1)
+    return _finish(fig, axes, path, title, legend_cols=len(placements) or 1)
 
 
 def g_variants(gs: pd.DataFrame, lora: pd.DataFrame, rows: list[str], placements, path, title):
@@ -155,7 +151,7 @@ def g_variants(gs: pd.DataFrame, lora: pd.DataFrame, rows: list[str], placements
         ax.set_xlabel("g")
         ax.set_ylabel(f"{b} score ×100 ({sub['metric'].iloc[0]})")
         ax.set_title(b, fontsize=9)
-    _finish(fig, axes, path, title, legend_cols=len(placements) or 1)
+    return _finish(fig, axes, path, title, legend_cols=len(placements) or 1)
 
 
 def flatten(nested) -> np.ndarray:
@@ -174,7 +170,7 @@ def flatten(nested) -> np.ndarray:
         return np.asarray(out, dtype=float)
 
 
-def margin(margin: dict, xis: list[float], path, title: str) -> None:
+def margin(margin: dict, xis: list[float], path, title: str):
     """Fig. 5 analogue: the base model's p90 − p10 score margins, with the median and 2ξ for
     every configured ξ (ξ covers the margin when 2ξ reaches it); per-layer medians beside."""
     values = flatten(margin.get("margins", []))
@@ -200,15 +196,15 @@ def margin(margin: dict, xis: list[float], path, title: str) -> None:
         f"score margins ({len(values)} values); xi_auto = median / 2 = {auto}", fontsize=9
     )
     hist.legend(fontsize=7)
-    layers.bar(range(len(per_layer)), per_layer, color="C0")
-    layers.axhline(median, color="black", lw=1, label="overall median")
-    layers.set_xlabel("layer")
-    layers.set_ylabel("median margin")
     layers.set_title("per-layer median margin", fontsize=9)
     if per_layer:
+        layers.bar(range(len(per_layer)), per_layer, color="C0")
+        layers.axhline(median, color="black", lw=1, label="overall median")
+        layers.set_xlabel("layer")
+        layers.set_ylabel("median margin")
         layers.set_xticks(range(len(per_layer)))
         layers.legend(fontsize=7)
+    else:
+        empty_panel(layers, "the margin file has no per-layer medians")
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.94))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return save(fig, path)

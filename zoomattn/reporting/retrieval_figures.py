@@ -5,23 +5,17 @@ returns it (closed) so callers and tests can inspect what was drawn."""
 
 from __future__ import annotations
 
-import textwrap
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.ticker import MaxNLocator
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from zoomattn.reporting.plotting import empty_panel, legend_entries, mark_gaps, save
 
 
 def _save(fig, path, title: str | None):
     if title:
-        fig.suptitle(textwrap.fill(title, 100), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")  # keeps a legend placed outside the axes
-    plt.close(fig)
-    return fig
+        fig.suptitle(title, fontsize=9)
+    return save(fig, path)
 
 
 def _caption(scores: dict) -> str:
@@ -63,6 +57,9 @@ def plot_masking(results: dict[str, dict], path, title: str | None = None):
     score (solid) and random heads (dashed: mean over draws, band: min to max); k = 0 is the
     unmasked baseline."""
     fig, ax = plt.subplots(figsize=(7, 4))
+    if not results:
+        empty_panel(ax, "no masking result among the inputs")
+        return _save(fig, path, title)
     metrics = set()
     for i, (label, res) in enumerate(results.items()):
         color = f"C{i}"
@@ -70,13 +67,9 @@ def plot_masking(results: dict[str, dict], path, title: str | None = None):
         rows = [e for e in res["k"] if e["k"] > 0]
         ks = [0] + [e["k"] for e in rows]
         base = res["baseline"]
-        ax.plot(
-            ks,
-            [base] + [e["top"] for e in rows],
-            "o-",
-            color=color,
-            label=f"{label}: top-k retrieval heads masked",
-        )
+        top = np.array([base] + [e["top"] for e in rows], dtype=float)
+        ax.plot(ks, top, "o-", color=color, label=f"{label}: top-k retrieval heads masked")
+        mark_gaps(ax, ks, top, color)
         drawn = [e for e in rows if e["random"]]
         if drawn:
             rk = [0] + [e["k"] for e in drawn]
@@ -95,5 +88,6 @@ def plot_masking(results: dict[str, dict], path, title: str | None = None):
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("masked heads k")
     ax.set_ylabel(f"score ({', '.join(sorted(metrics))})")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside: curves stay clear
+    handles, labels = legend_entries(ax)  # beside the panel: the curves stay clear
+    ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path, title)
