@@ -3,7 +3,16 @@ import copy
 import pytest
 import yaml
 
-from zoomattn.config import ROOT, ConfigError, code_hash, config_hash, load_config
+from zoomattn.config import (
+    COMMAND_LINE_STRINGS,
+    ROOT,
+    ConfigError,
+    code_hash,
+    config_hash,
+    load_config,
+    read_configs,
+    read_yaml,
+)
 
 RAW = yaml.safe_load((ROOT / "config.yaml").read_text())
 
@@ -148,3 +157,63 @@ def test_config_hash_changes_with_any_value():
 def test_method_code_hash_differs_per_method_and_from_shared_code():
     assert code_hash("finetune", "opamp") != code_hash("finetune", "qlora")
     assert code_hash("finetune", "opamp") == code_hash("finetune", "opamp")
+
+
+@pytest.mark.parametrize(
+    "changes,key",
+    [
+        ({"seeds": ["0", "1"]}, "is not of type 'integer'"),
+        ({"attention__noise_ratio": "0.8"}, "config.attention.noise_ratio"),
+        ({"methods__opamp__K": ["5"]}, "config.methods.opamp.K[0]"),  # a oneOf (number or inf)
+        ({"presets__smoke__finetune__lr": "1e-4"}, "config.presets.smoke.finetune.lr"),
+        ({"rectification": "null"}, "config.rectification"),
+    ],
+)
+def test_a_string_that_reads_as_the_wanted_type_hints_at_command_line_config(changes, key):
+    """Snakemake's --config gives nested values ({a: [2]}) to the Snakefile as strings."""
+    with pytest.raises(ConfigError) as err:
+        load_config(_with(**changes))
+    assert key in str(err.value)
+    assert COMMAND_LINE_STRINGS in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"attention__noise_ratio": "high"},  # a word: a plain mistake
+        {"attention__noise_ratio": "1.5"},  # a number, but out of range all the same
+        {"attention__benchmark": 3},  # not a string at all
+    ],
+)
+def test_no_command_line_hint_when_the_typed_value_would_fail_too(changes):
+    with pytest.raises(ConfigError) as err:
+        load_config(_with(**changes))
+    assert COMMAND_LINE_STRINGS not in str(err.value)
+
+
+def test_yaml_syntax_error_names_the_file_line_and_column(tmp_path):
+    bad = tmp_path / "override.yaml"
+    bad.write_text("preset: smoke\nseeds: [0, 1\nworld_seed: 2\n")
+    with pytest.raises(ConfigError) as err:
+        read_yaml(bad)
+    assert str(err.value) == (
+        f"{bad}, line 3, column 11: expected ',' or ']', but got ':' "
+        "(while parsing a flow sequence that started at line 2, column 8)"
+    )
+
+
+def test_missing_or_non_mapping_config_file_is_a_config_error_naming_it(tmp_path):
+    with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read the config file"):
+        read_yaml(tmp_path / "nope.yaml")
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- preset: smoke\n")
+    with pytest.raises(ConfigError, match=r"list\.yaml: the top level must be a mapping"):
+        read_yaml(listed)
+
+
+def test_later_config_files_and_the_preset_override_like_snakemake(tmp_path):
+    override = tmp_path / "override.yaml"
+    override.write_text("preset: paper\nattention: {noise_ratio: 0.8}\n")
+    raw = read_configs([ROOT / "config.yaml", override], preset="smoke")
+    assert raw["preset"] == "smoke"  # --preset last, as --config preset=NAME
+    assert raw["attention"] == {**RAW["attention"], "noise_ratio": 0.8}  # nested keys merge

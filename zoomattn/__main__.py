@@ -1,7 +1,9 @@
-"""Command line of the workflow's jobs: ``python -m zoomattn STAGE --spec JSON [paths]``.
+"""Command line of zoomattn: ``python -m zoomattn COMMAND``; ``--help`` is the guide.
 
-Snakemake rules call this (see workflow/rules); ``mlflow-start``/``mlflow-end`` are used by the
-Snakefile's onstart/onsuccess/onerror handlers.
+A user calls ``regenerate``, ``check-config`` and ``unlock-stale``. The workflow's rules call one
+job stage each (``python -m zoomattn STAGE --spec JSON [paths]``, see workflow/rules). ``worker`` (the local run's
+warm fork server) and ``mlflow-start``/``mlflow-end`` (the Snakefile's onstart/onsuccess/onerror
+handlers) are internal and left out of the help.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ STAGES = {
     "lkg-report": ["out"],
     "leaderboard-report": ["out"],
 }
+ENV_RESULTS = "ZOOMATTN_RESULTS"  # the default of every --results
 THREADED = {
     "pretrain",
     "finetune",
@@ -64,53 +67,161 @@ def main(argv: list[str] | None = None) -> None:
     run_stage(argv)
 
 
-def run_stage(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="zoomattn")
-    sub = parser.add_subparsers(dest="stage", required=True)
-    for stage, paths in STAGES.items():
-        p = sub.add_parser(stage)
-        p.add_argument("--spec", required=True, help="the job's config values, as JSON")
-        p.add_argument("--results", required=True, type=Path, help="results root (MLflow store)")
-        for name in paths:
-            p.add_argument(f"--{name.replace('_', '-')}", dest=name, required=True, type=Path)
-        if stage in ("train-data", "eval-data"):
-            p.add_argument("--world-dir", type=Path, help="the synthetic world (tiny, smoke)")
-        if stage in THREADED:
-            p.add_argument("--threads", type=int, default=1)
-        if stage in ("report", "rect-report", "mudaf-report", "lkg-report", "leaderboard-report"):
-            p.add_argument("--eval-files", nargs="+", type=Path, required=True)
-        if stage == "mudaf-report":
-            p.add_argument("--heads-files", nargs="+", type=Path, required=True)
-            p.add_argument("--masking-files", nargs="*", type=Path, default=[])
-            p.add_argument("--selection-files", nargs="*", type=Path, default=[])
-        if stage == "lkg-report":
-            p.add_argument("--patterns-files", nargs="*", type=Path, default=[])
-            p.add_argument("--train-files", nargs="*", type=Path, default=[])
-        if stage == "report":
-            p.add_argument("--attention-files", nargs="+", type=Path, required=True)
-        if stage == "leaderboard-report":
-            for name in ("attention", "heads", "patterns"):
-                p.add_argument(f"--{name}-files", nargs="*", type=Path, default=[])
-        if stage == "finetune":
-            p.add_argument("--margin", type=Path, help="the base's score margin (xi: auto)")
-            p.add_argument("--heads", type=Path, help="the selected target heads (MuDAF)")
-            p.add_argument("--patterns", type=Path, help="the base's head patterns (LKG-RALM)")
-    sub.add_parser("worker").add_argument("--socket", required=True, help="unix socket to serve")
-    p = sub.add_parser("regenerate", help="the cross-method report again, from the metric files")
-    p.add_argument(
-        "--config",
-        nargs="+",
+USER_COMMANDS = {
+    "regenerate": "the cross-method report again, from a run's metric files (reads no model)",
+    "check-config": "config.yaml and override files checked: YAML syntax, then every value",
+    "unlock-stale": "after a kill -9, the killed run's Snakemake lock removed (`make run` does it)",
+}
+STAGE_HELP = {
+    "world": "the synthetic world: entities, facts and the tokenizer (tiny, smoke)",
+    "train-data": "the fine-tuning set (a side study's too: golden documents and distractors)",
+    "eval-data": "one benchmark's evaluation set at one noise ratio (or a side study's set)",
+    "pretrain": "the tiny base model, pretrained on the synthetic world",
+    "base-model": "a hub or local base model: resolved, checked and recorded",
+    "finetune": "one grid cell (method, setting, seed) fine-tuned on the base model",
+    "evaluate": "one model's predictions and score on one evaluation set",
+    "attention": "one model's golden-document attention share and answer-token gap",
+    "report": "the OpAmp study's tables and figures",
+    "score-margin": "the base's pre-softmax score margins and the xi that covers them",
+    "rect-report": "the rectification study's tables and figures",
+    "retrieval-heads": "every head's retrieval score (MuDAF)",
+    "head-patterns": "every head's attention pattern: edge, uniform, middle, other (LKG-RALM)",
+    "head-masking": "the score with the model's top-k retrieval heads masked vs k random (MuDAF)",
+    "select-heads": "MuDAF's target heads for one cell, from the base's retrieval-head scores",
+    "mudaf-report": "the MuDAF study's tables and figures",
+    "lkg-report": "the LKG-RALM study's tables and figures",
+    "leaderboard-report": "the cross-method leaderboard, fidelity table and diagnostics",
+}
+REPORTS = ("report", "rect-report", "mudaf-report", "lkg-report", "leaderboard-report")
+
+
+def _listing(commands: dict[str, str]) -> str:
+    return "\n".join(f"  {name:<20}{text}" for name, text in commands.items())
+
+
+GUIDE = f"""\
+Run the workflow with `make run` or `.venv/bin/snakemake` (README); `COMMAND --help` lists a
+command's options.
+
+commands:
+{_listing(USER_COMMANDS)}
+
+job stages, called by the workflow's rules (one job each):
+{_listing(STAGE_HELP)}
+"""
+
+
+def _add_results(p: argparse.ArgumentParser) -> None:
+    from_env = os.environ.get(ENV_RESULTS) or None  # set but empty: unset
+    p.add_argument(  # the Snakefile sets ENV_RESULTS for every job
+        "--results",
         type=Path,
-        default=[Path("config.yaml")],
-        help="config.yaml, then any --configfile overrides of the run, in order",
+        default=from_env,
+        required=from_env is None,
+        help=f"results root (MLflow store); default: ${ENV_RESULTS}",
     )
-    p.add_argument("--out", type=Path, required=True)
+
+
+def _add_stage(sub, stage: str, paths: list[str]) -> None:
+    p = sub.add_parser(stage, description=f"{STAGE_HELP[stage]} (called by the workflow's rules)")
+    p.add_argument("--spec", required=True, help="the job's config values, as JSON")
+    _add_results(p)
+    for name in paths:
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, required=True, type=Path)
+    if stage in ("train-data", "eval-data"):
+        p.add_argument("--world-dir", type=Path, help="the synthetic world (tiny, smoke)")
+    if stage in THREADED:
+        p.add_argument("--threads", type=int, default=1)
+    if stage in REPORTS:
+        p.add_argument("--eval-files", nargs="+", type=Path, required=True)
+    if stage == "mudaf-report":
+        p.add_argument("--heads-files", nargs="+", type=Path, required=True)
+        p.add_argument("--masking-files", nargs="*", type=Path, default=[])
+        p.add_argument("--selection-files", nargs="*", type=Path, default=[])
+    if stage == "lkg-report":
+        p.add_argument("--patterns-files", nargs="*", type=Path, default=[])
+        p.add_argument("--train-files", nargs="*", type=Path, default=[])
+    if stage == "report":
+        p.add_argument("--attention-files", nargs="+", type=Path, required=True)
+    if stage == "leaderboard-report":
+        for name in ("attention", "heads", "patterns"):
+            p.add_argument(f"--{name}-files", nargs="*", type=Path, default=[])
+    if stage == "finetune":
+        p.add_argument("--margin", type=Path, help="the base's score margin (xi: auto)")
+        p.add_argument("--heads", type=Path, help="the selected target heads (MuDAF)")
+        p.add_argument("--patterns", type=Path, help="the base's head patterns (LKG-RALM)")
+
+
+def _add_user_commands(sub) -> None:
+    p = sub.add_parser("unlock-stale", description=USER_COMMANDS["unlock-stale"])
+    p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="the run's snakemake options")
+    for name in ("regenerate", "check-config"):
+        p = sub.add_parser(name, description=USER_COMMANDS[name])
+        p.add_argument(
+            "--config",
+            nargs="+",
+            type=Path,
+            default=[Path("config.yaml")],
+            help="config.yaml, then the run's --configfile files, in order (default: config.yaml)",
+        )
+        p.add_argument("--preset", help="the run's preset, as --config preset=NAME sets it")
+        if name == "regenerate":
+            p.add_argument("--out", type=Path, required=True, help="where the report goes")
+
+
+def _add_internal_commands(sub) -> None:
+    sub.add_parser("worker").add_argument("--socket", required=True, help="unix socket to serve")
     for name in ("mlflow-start", "mlflow-end"):
         p = sub.add_parser(name)
-        p.add_argument("--results", required=True, type=Path)
+        _add_results(p)
         p.add_argument("--preset")
         p.add_argument("--run-id")
         p.add_argument("--failed", action="store_true")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every command; the help lists the user's and the job stages (add_parser without help=
+    keeps a command out of argparse's own listing, so the internal ones stay unlisted)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m zoomattn",
+        usage="%(prog)s COMMAND [options]",
+        description=GUIDE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(
+        dest="stage", required=True, metavar="COMMAND", help=argparse.SUPPRESS, prog=parser.prog
+    )
+    _add_user_commands(sub)
+    for stage, paths in STAGES.items():
+        _add_stage(sub, stage, paths)
+    _add_internal_commands(sub)
+    return parser
+
+
+def _run_user_command(command: str, args: dict) -> None:
+    """A configuration or results problem is one line naming the file (or key), no traceback."""
+    from zoomattn.config import ConfigError, load_config, read_configs
+    from zoomattn.stages.reports import MissingResultsError
+
+    try:
+        if command == "unlock-stale":
+            from zoomattn.stale_lock import unlock_if_stale
+
+            unlock_if_stale(Path.cwd(), args["snakemake_args"])
+        elif command == "check-config":
+            cfg = load_config(read_configs(args["config"], args["preset"]))
+            files = " + ".join(map(str, args["config"]))
+            print(f"{files}: valid; preset {cfg['preset']}, results in {cfg['out']}")
+        else:
+            from zoomattn.stages import regenerate
+
+            regenerate(args["config"], args["out"], args["preset"])
+    except (ConfigError, MissingResultsError, RuntimeError) as err:
+        sys.exit(f"zoomattn {command}: {err}")
+
+
+def run_stage(argv: list[str]) -> None:
+    parser = build_parser()
     args = vars(parser.parse_args(argv))
     stage = args.pop("stage")
     if stage == "worker":  # before logging is configured: its children configure their own
@@ -119,6 +230,9 @@ def run_stage(argv: list[str]) -> None:
         serve(args["socket"])
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if stage in USER_COMMANDS:
+        _run_user_command(stage, args)
+        return
 
     from zoomattn import stages, tracking
 
@@ -127,9 +241,6 @@ def run_stage(argv: list[str]) -> None:
             args["results"], args["preset"], json.load(sys.stdin), " ".join(sys.argv)
         )
         print(json.dumps({"experiment_id": exp, "run_id": run}))
-        return
-    if stage == "regenerate":
-        stages.regenerate(args["config"], args["out"])
         return
     if stage == "mlflow-end":
         tracking.end_parent(args["results"], args["run_id"], ok=not args["failed"])

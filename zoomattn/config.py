@@ -37,14 +37,55 @@ def _key_path(path) -> str:
 
 
 def validate_schema(raw: dict, schema_path: Path = SCHEMA) -> None:
-    schema = yaml.safe_load(schema_path.read_text())
+    validator = jsonschema.Draft202012Validator(yaml.safe_load(schema_path.read_text()))
     errors = sorted(
-        jsonschema.Draft202012Validator(schema).iter_errors(raw),
+        validator.iter_errors(raw),
         key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
     )
     if errors:
         err = jsonschema.exceptions.best_match(errors)
-        raise ConfigError(f"{_key_path(err.absolute_path)}: {err.message}")
+        message = f"{_key_path(err.absolute_path)}: {err.message}"
+        if _typed_value_given_as_string(validator, raw, err):
+            message += f" ({COMMAND_LINE_STRINGS})"
+        raise ConfigError(message)
+
+
+COMMAND_LINE_STRINGS = (
+    "values given with --config on the command line arrive as strings when nested; "
+    "put them in a YAML file and pass --configfile FILE"
+)
+
+
+def _typed_value_given_as_string(validator, raw: dict, err) -> bool:
+    """Whether the offending value is a string ('2', '0.5', 'true') whose typed reading would
+    satisfy the schema there: what Snakemake's ``--config key={a: [2]}`` hands the Snakefile."""
+    path = list(err.absolute_path)
+    if not path or not isinstance(err.instance, str):
+        return False
+    for typed in _typed_readings(err.instance):
+        fixed = copy.deepcopy(raw)
+        node = fixed
+        for part in path[:-1]:
+            node = node[part]
+        node[path[-1]] = typed
+        if not any(
+            list(e.absolute_path)[: len(path)] == path for e in validator.iter_errors(fixed)
+        ):
+            return True
+    return False
+
+
+def _typed_readings(text: str) -> list:
+    readings = []
+    try:
+        readings.append(yaml.safe_load(text))
+    except yaml.YAMLError:
+        pass
+    try:
+        readings.append(float(text))  # YAML 1.1 reads 1e-4 (no dot) as a string
+    except ValueError:
+        pass
+    return [r for r in readings if not isinstance(r, str)]
 
 
 def load_config(raw: dict, schema_path: Path = SCHEMA) -> dict:
@@ -242,8 +283,61 @@ def _check_scale(cfg: dict, where: str) -> None:
         )
 
 
+def read_yaml(path: str | Path) -> dict:
+    """A config file's mapping; a missing file or a YAML error is a ConfigError naming the file
+    (and the line and column: Snakemake's own message names neither)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}, {_yaml_problem(exc)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{path}: the top level must be a mapping of config keys, not a list or value"
+        )
+    return data
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """'line L, column C: what is wrong (while parsing X that started at line L', column C')'."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return f"not valid YAML: {exc}"
+    out = f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+    context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and start is not None and (start.line, start.column) != (mark.line, mark.column):
+        out += f" ({context} that started at line {start.line + 1}, column {start.column + 1})"
+    elif context:
+        out += f" ({context})"
+    return out
+
+
+def merge_configs(base: dict, over: dict) -> dict:
+    """Snakemake's --configfile semantics: nested keys of ``over`` replace those of ``base``."""
+    out = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merge_configs(out[key], value) if both else value
+    return out
+
+
+def read_configs(paths: list[str | Path], preset: str | None = None) -> dict:
+    """The raw config of a run: the first file (config.yaml), each later one over it as
+    ``snakemake --configfile`` merges them, then ``preset`` as ``--config preset=NAME`` sets it."""
+    raw: dict = {}
+    for path in paths:
+        raw = merge_configs(raw, read_yaml(path))
+    if preset is not None:
+        raw["preset"] = preset
+    return raw
+
+
 def read_config(path: str | Path) -> dict:
-    return load_config(yaml.safe_load(Path(path).read_text()))
+    return load_config(read_yaml(path))
 
 
 def stable_hash(obj) -> str:
@@ -268,6 +362,7 @@ CODE_GROUPS = {
         "modeling/loading.py",
         "modeling/pretrain.py",
         "placement.py",
+        "stages/common.py",
         "stages/models.py",
     ],
     "finetune": [
@@ -278,6 +373,7 @@ CODE_GROUPS = {
         "attention/*.py",
         "methods/__init__.py",
         "placement.py",
+        "stages/common.py",
         "stages/models.py",
     ],
     "evaluate": [

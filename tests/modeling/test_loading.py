@@ -118,3 +118,40 @@ def test_fully_tuned_model_saves_plain_and_reloads_to_identical_logits(base_dir,
     with torch.no_grad():
         got = reloaded(input_ids=IDS).logits
     torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+SAVE_IN_A_FRESH_PROCESS = """
+import sys
+from zoomattn.modeling.loading import build_trainable, save_finetuned
+base_dir, out, targets = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": targets}
+save_finetuned(build_trainable(base_dir, "qlora", {}, lora, None), out, "qlora", {})
+"""
+TARGETS = ["q_proj", "k_proj", "v_proj", "down_proj"]
+
+
+def _in_process_with_hash_seed(seed: int, *args: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+    done = subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout
+
+
+def test_adapter_config_is_byte_identical_whatever_the_string_hash_seed(base_dir, tmp_path):
+    seeds = (0, 3)  # two seeds under which the set of TARGETS iterates in different orders
+    show_set = f"print(list(set({TARGETS!r})))"
+    orders = {_in_process_with_hash_seed(s, "-c", show_set) for s in seeds}
+    assert len(orders) == 2, "the seeds no longer reorder the set: pick two that do"
+    texts = []
+    for seed in seeds:
+        out = tmp_path / f"seed{seed}"
+        arguments = (str(base_dir), str(out), ",".join(TARGETS))
+        _in_process_with_hash_seed(seed, "-c", SAVE_IN_A_FRESH_PROCESS, *arguments)
+        texts.append((out / "adapter_config.json").read_bytes())
+    assert texts[0] == texts[1]
+    assert json.loads(texts[0])["target_modules"] == sorted(TARGETS)

@@ -152,7 +152,21 @@ def is_full(model) -> bool:
 def save_finetuned(model, out_dir: Path, method_name: str, method_values: dict) -> None:
     """peft's LoRA files, or (full tuning) the whole model; the method's modules and method.json."""
     model.save_pretrained(out_dir)
+    _sort_adapter_lists(Path(out_dir) / ADAPTER_FILE)
     _save_zoom(model, out_dir, method_name, method_values)
+
+
+def _sort_adapter_lists(path: Path) -> None:
+    """peft keeps target_modules as a set and writes it in the set's order, which the string hash
+    seed changes from run to run: sorted, one run's adapter_config.json is byte for byte the next's.
+    Rewritten as peft writes it (indent 2, sorted keys)."""
+    if not path.exists():
+        return  # tuned in full: no adapter
+    config = json.loads(path.read_text())
+    for key in ("target_modules", "exclude_modules"):
+        if isinstance(config.get(key), list):
+            config[key] = sorted(config[key])
+    path.write_text(json.dumps(config, indent=2, sort_keys=True))
 
 
 def export_merged(

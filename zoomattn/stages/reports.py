@@ -17,12 +17,13 @@ def _finish(out: Path, spec: dict) -> None:
     import pandas as pd
 
     from zoomattn.io import write_json
+    from zoomattn.reporting.html_tables import write_table_html
     from zoomattn.tracking import git_commit
 
     for table in sorted(Path(out).glob("*.csv")):
         html = table.with_suffix(".html")
         if not html.exists():
-            pd.read_csv(table).to_html(html, index=False, na_rep="")
+            write_table_html(pd.read_csv(table), html)
     provenance = {"preset": spec["preset"], "seeds": spec.get("seeds"), "commit": git_commit()}
     write_json(Path(out) / "provenance.json", provenance)
 
@@ -140,37 +141,42 @@ def leaderboard_report(
         run.log_artifacts(tmp, "report")
 
 
-def _merged(base: dict, over: dict) -> dict:
-    """Snakemake's --configfile semantics: nested keys of ``over`` replace those of ``base``."""
-    out = dict(base)
-    for key, value in over.items():
-        both = isinstance(value, dict) and isinstance(out.get(key), dict)
-        out[key] = _merged(out[key], value) if both else value
-    return out
+class MissingResultsError(FileNotFoundError):
+    """A metric file the report reads is not there: the run has not made it (yet)."""
 
 
-def regenerate(config_files: list[Path], out: Path) -> None:
+def _workflow_command(config_files: list[Path], preset: str | None) -> str:
+    """The `make run` that makes this config's results (config.yaml is the Snakefile's own)."""
+    own = Path("config.yaml").resolve()
+    args = [f"--configfile {path}" for path in config_files if Path(path).resolve() != own]
+    if preset is not None:
+        args.append(f"--config preset={preset}")
+    return f"make run SNAKEMAKE_ARGS='{' '.join(args)}'" if args else "make run"
+
+
+def _check_results(files: dict[str, list[str]], config_files: list[Path], preset) -> None:
+    missing = [f for kind in files.values() for f in kind if not Path(f).exists()]
+    if missing:
+        more = f" (and {len(missing) - 1} more of its metric files)" if len(missing) > 1 else ""
+        raise MissingResultsError(
+            f"{missing[0]} is missing{more}: run the workflow for this config first: "
+            f"{_workflow_command(config_files, preset)}"
+        )
+
+
+def regenerate(config_files: list[Path], out: Path, preset: str | None = None) -> None:
     """The cross-method report again, from the metric files a run left under ``results/``:
     nothing is trained or evaluated, no model is read. The first config file is the grid's
-    (config.yaml), later ones override it as ``snakemake --configfile`` does."""
-    import yaml
-
+    (config.yaml), later ones override it as ``snakemake --configfile`` does, and ``preset`` as
+    ``--config preset=NAME`` does."""
     from zoomattn import grid
-    from zoomattn.config import load_config
+    from zoomattn.config import load_config, read_configs
     from zoomattn.reporting.cross import build_cross_report
     from zoomattn.tracking import git_commit
 
-    raw: dict = {}
-    for path in config_files:
-        raw = _merged(raw, yaml.safe_load(Path(path).read_text()) or {})
-    cfg = load_config(raw)
+    cfg = load_config(read_configs(config_files, preset))
     files = grid.cross_report_inputs(cfg, cfg["out"])
-    missing = [f for f in files["evals"] if not Path(f).exists()]
-    if missing:
-        raise FileNotFoundError(
-            f"{len(missing)} metric files of this config are missing (first: {missing[0]}); "
-            "run the workflow first"
-        )
+    _check_results(files, config_files, preset)
     out.mkdir(parents=True, exist_ok=True)
     spec = grid.cross_report_spec(cfg)
     build_cross_report(

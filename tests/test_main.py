@@ -1,0 +1,114 @@
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zoomattn.__main__ import ENV_RESULTS, STAGES, USER_COMMANDS, build_parser, run_stage
+from zoomattn.config import ROOT
+
+INTERNAL = ("worker", "mlflow-start", "mlflow-end")
+
+
+def test_help_is_a_guide_to_every_command_and_stage_without_the_internal_ones():
+    done = subprocess.run(
+        [sys.executable, "-m", "zoomattn", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    listed = {line.split()[0] for line in done.stdout.splitlines() if line.startswith("  ")}
+    assert set(USER_COMMANDS) | set(STAGES) <= listed
+    assert "called by the workflow's rules" in done.stdout
+    for name in INTERNAL:
+        assert not re.search(rf"\b{name}\b", done.stdout), name
+
+
+def test_internal_commands_still_parse():
+    args = build_parser().parse_args(["mlflow-end", "--results", "r", "--run-id", "x"])
+    assert (args.stage, args.run_id) == ("mlflow-end", "x")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["world", "--spec", "{}", "--out", "o"],
+        ["mlflow-start", "--preset", "smoke"],
+    ],
+)
+def test_results_defaults_from_the_environment_and_an_explicit_one_wins(monkeypatch, argv):
+    monkeypatch.setenv(ENV_RESULTS, "/from/env")
+    assert build_parser().parse_args(argv).results == Path("/from/env")
+    assert build_parser().parse_args([*argv, "--results", "given"]).results == Path("given")
+
+
+@pytest.mark.parametrize("unset", [True, False])
+def test_results_is_required_without_the_environment_variable(monkeypatch, capsys, unset):
+    if unset:
+        monkeypatch.delenv(ENV_RESULTS, raising=False)
+    else:
+        monkeypatch.setenv(ENV_RESULTS, "")  # set but empty: not the current directory
+    with pytest.raises(SystemExit) as err:
+        build_parser().parse_args(["world", "--spec", "{}", "--out", "o"])
+    assert err.value.code == 2
+    assert "--results" in capsys.readouterr().err
+
+
+@pytest.fixture
+def checkout_dir(tmp_path, monkeypatch):
+    """A working directory with the shipped config.yaml and no results."""
+    shutil.copy(ROOT / "config.yaml", tmp_path / "config.yaml")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _exit_message(argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as err:
+        run_stage(argv)
+    assert isinstance(err.value.code, str), err.value.code  # a message, not a bare status
+    return err.value.code
+
+
+def test_regenerate_without_results_names_the_missing_file_and_the_command(checkout_dir):
+    message = _exit_message(["regenerate", "--preset", "smoke", "--out", "again"])
+    assert message.startswith("zoomattn regenerate: results/smoke/eval/")  # --preset chose smoke
+    assert "\n" not in message
+    assert message.endswith("make run SNAKEMAKE_ARGS='--config preset=smoke'")
+    assert not (checkout_dir / "again").exists()
+
+
+def test_regenerate_names_the_override_files_in_the_command_that_makes_the_results(checkout_dir):
+    (checkout_dir / "mine.yaml").write_text("preset: smoke\n")
+    message = _exit_message(["regenerate", "--config", "config.yaml", "mine.yaml", "--out", "x"])
+    assert "results/smoke/" in message
+    assert message.endswith("make run SNAKEMAKE_ARGS='--configfile mine.yaml'")
+
+
+def test_regenerate_with_a_broken_override_names_its_line_and_column(checkout_dir):
+    (checkout_dir / "mine.yaml").write_text("preset: smoke\n  seeds: [0]\n")
+    message = _exit_message(["regenerate", "--config", "config.yaml", "mine.yaml", "--out", "x"])
+    assert message == (
+        "zoomattn regenerate: mine.yaml, line 2, column 8: mapping values are not allowed here"
+    )
+
+
+def test_check_config_accepts_the_shipped_config_with_a_preset(checkout_dir, capsys):
+    run_stage(["check-config", "--preset", "smoke"])
+    assert capsys.readouterr().out.strip() == (
+        "config.yaml: valid; preset smoke, results in results/smoke"
+    )
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        (None, "zoomattn check-config: nope.yaml: cannot read the config file"),
+        ("seeds: [0, 1\n", "zoomattn check-config: nope.yaml, line 2, column 1: expected"),
+        ("seeds: [-1]\n", "zoomattn check-config: config.seeds[0]: -1 is less than"),
+    ],
+)
+def test_check_config_reports_a_bad_override_in_one_line(checkout_dir, override, message):
+    if override is not None:
+        (checkout_dir / "nope.yaml").write_text(override)
+    got = _exit_message(["check-config", "--config", "config.yaml", "nope.yaml"])
+    assert got.startswith(message) and "\n" not in got
