@@ -8,7 +8,9 @@ SNAKEMAKE_ARGS ?=
 setup:
 	bin/setup
 
+# after a kill -9 the killed run's lock is removed first, once no process of it is left
 run: setup
+	.venv/bin/python -m zoomattn unlock-stale -- $(SNAKEMAKE_ARGS)
 	.venv/bin/snakemake -j $(JOBS) $(SNAKEMAKE_ARGS)
 
 test: setup
@@ -16,6 +18,7 @@ test: setup
 
 lint: setup
 	.venv/bin/ruff check zoomattn tests benchmarks && .venv/bin/ruff format --check zoomattn tests benchmarks
+	.venv/bin/snakemake --lint
 
 bench: setup
 	.venv/bin/python benchmarks/opamp_attention.py

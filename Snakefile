@@ -6,12 +6,19 @@
 
 import json
 import os
-import subprocess
 import sys
 
 from zoomattn import worker
-from zoomattn.config import ConfigError, config_hash, load_config
+from zoomattn.__main__ import ENV_RESULTS
+from zoomattn.config import ConfigError, config_hash, load_config, read_yaml
 from zoomattn.tracking import ENV_CONFIG_HASH, ENV_EXPERIMENT, ENV_PARENT
+
+
+if os.path.exists("config.yaml"):  # Snakemake's own YAML error names neither line nor column
+    try:
+        read_yaml("config.yaml")
+    except ConfigError as err:
+        sys.exit(f"zoomattn: invalid configuration: {err}")
 
 
 configfile: "config.yaml"
@@ -27,7 +34,12 @@ os.environ[ENV_CONFIG_HASH] = config_hash(CFG)
 PYTHON = sys.executable
 # Rules call plain `python -m zoomattn` from the repository root: this interpreter's environment by
 # default; with --use-conda the rule's env (envs/*.yaml), activated in front of it.
-os.environ["PATH"] = f"{os.path.dirname(PYTHON)}{os.pathsep}{os.environ['PATH']}"
+# (PATH is extended, never required: no `envvars:` assertion, which would also ship the submitting
+# shell's PATH to Slurm jobs)
+os.environ.update(PATH=os.pathsep.join([os.path.dirname(PYTHON), os.environ.get("PATH", os.defpath)]))
+# Every job's `python -m zoomattn` finds its MLflow store (the default of --results) here, like the
+# parent run's id below.
+os.environ[ENV_RESULTS] = CFG["results"]
 
 
 include: "workflow/rules/common.smk"
@@ -47,18 +59,17 @@ localrules:  # light: under --profile slurm they run in the submitting process, 
     select_heads,
 
 
-rule all:
+REPORT_RULES = ["report", "rect_report", "mudaf_report", "lkg_report", "leaderboard_report"]
+
+
+rule all:  # the reports, and every model and file they read (README: If a run is interrupted)
     input:
         REPORTS,
-
-
-def zoomattn_cli(*args, stdin=None):
-    """Run a zoomattn command in a subprocess (keeps MLflow out of the Snakemake process)."""
-    done = subprocess.run([PYTHON, "-m", "zoomattn", *args, "--results", RESULTS], input=stdin,
-                          capture_output=True, text=True)
-    if done.returncode:
-        sys.exit(f"zoomattn {args[0]} failed:\n{done.stderr}")
-    return done.stdout
+        # Snakemake does not rebuild a missing file whose readers are up to date: without these, a
+        # model or evaluation whose job an interrupted run had started (its output removed first)
+        # would stay missing, silently; with them the next run rebuilds it and reruns its readers.
+        [model_dir(m) for m in ALL_MODELS],
+        [f for name in REPORT_RULES if rules.has(name) for f in getattr(rules, name).input],
 
 
 WORKER = []  # the warm fork server of a local run (zoomattn/worker.py)

@@ -46,3 +46,30 @@ def test_unset_site_values_leave_the_choice_to_the_cluster():
     res = rule_resources(_config("paper"), "finetune")
     assert not {"slurm_partition", "slurm_account", "gpu_model"} & set(res)
     assert res["gpu"] == 1
+
+
+def _snakemake_args(monkeypatch, *argv):
+    """The settings a `snakemake` command line from the repository root runs with, profiles read."""
+    from snakemake.cli import parse_args
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("SNAKEMAKE_PROFILE", raising=False)
+    return parse_args(list(argv))[1]
+
+
+def test_a_local_run_reads_the_default_profile(monkeypatch):
+    args = _snakemake_args(monkeypatch, "-j", "2")
+    assert args.rerun_incomplete and args.show_failed_logs
+    assert args.jobs == 2 and args.executor in (None, "local")
+
+
+def test_the_default_profile_leaves_the_slurm_profile_its_executor_and_jobs(monkeypatch):
+    slurm = yaml.safe_load((ROOT / "slurm/profile.yaml").read_text())
+    args = _snakemake_args(monkeypatch, "--profile", "slurm")
+    assert args.executor == "slurm" and args.jobs == slurm["jobs"]
+    assert args.keep_going and args.rerun_incomplete and args.show_failed_logs
+
+
+def test_the_default_profile_can_be_switched_off(monkeypatch):
+    args = _snakemake_args(monkeypatch, "-j", "2", "--workflow-profile", "none")
+    assert not args.rerun_incomplete and not args.show_failed_logs

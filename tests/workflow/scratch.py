@@ -19,11 +19,12 @@ SMOKE = ["--config", "preset=smoke"]
 
 
 def copy_workflow(dest: Path) -> Path:
-    """Snakefile, config, rules, envs, the Slurm profile and the package, copied to ``dest``."""
+    """Snakefile, config, rules, envs, the Slurm and default profiles and the package, copied to
+    ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("Snakefile", "config.yaml"):
         shutil.copy(ROOT / name, dest / name)
-    for name in ("workflow", "envs", "slurm"):
+    for name in ("workflow", "envs", "slurm", "profiles"):
         shutil.copytree(ROOT / name, dest / name)
     ignore = shutil.ignore_patterns("__pycache__")
     shutil.copytree(ROOT / "zoomattn", dest / "zoomattn", ignore=ignore)

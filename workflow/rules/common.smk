@@ -4,6 +4,7 @@
 
 import json
 import re
+import subprocess
 
 from zoomattn import grid
 from zoomattn.cluster import retries, rule_resources, threads
@@ -28,6 +29,15 @@ CELLS = {m.run: (m.method, m.values) for m in TRAINED.values() if m.study == "op
 FINETUNED = [m for m in TRAINED if TRAINED[m].study == "opamp"]
 MODELS = ["base"] + FINETUNED  # the OpAmp part's models (golden attention share, its report)
 EVALUATIONS = grid.evaluations(CFG)
+
+
+def zoomattn_cli(*args, stdin=None):
+    """Run a zoomattn command in a subprocess (keeps MLflow out of the Snakemake process)."""
+    done = subprocess.run([PYTHON, "-m", "zoomattn", *args, "--results", RESULTS], input=stdin,
+                          capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"zoomattn {args[0]} failed:\n{done.stderr}")
+    return done.stdout
 
 
 def _alternatives(names):
@@ -306,28 +316,52 @@ def leaderboard_report_spec():
     return {**grid.cross_report_spec(CFG), "code": code_hash("report")}
 
 
-def report_commit(report_dir):
-    """The commit a report was built at (its provenance.json), for the `snakemake --report`
-    captions; before it exists, the checkout's: the commit the job is about to run at. Captions
-    read it from the config, which unlike a param never reruns a job."""
+def report_provenance(report_dir):
+    """The preset, seeds and commit a report job ran with (its provenance.json), for the
+    `snakemake --report` captions; before it exists, the config's and the checkout's commit (the
+    commit the job is about to run at). Captions read them from the config, which unlike a param
+    never reruns a job. An unreadable provenance.json shows as such in the captions."""
     try:
-        return json.loads(open(f"{report_dir}/provenance.json").read())["commit"]
-    except (OSError, ValueError, KeyError):
+        text = open(f"{report_dir}/provenance.json").read()
+    except OSError:
         from zoomattn.tracking import git_commit
 
-        return git_commit()
+        seeds = grid.study_seeds(CFG, report_dir.rsplit("/", 1)[-1])  # dir name: its study
+        return {"preset": PRESET, "seeds": seeds, "commit": git_commit()}
+    try:
+        provenance = json.loads(text)
+        return {key: provenance[key] for key in ("preset", "seeds", "commit")}
+    except (ValueError, KeyError, TypeError) as err:
+        unknown = f"unknown: {report_dir}/provenance.json is unreadable ({err!r})"
+        return {"preset": unknown, "seeds": [unknown], "commit": unknown}
+
+
+def report_rules_html():
+    """The landing page's table of the run's rules (zoomattn/reporting/workflow_rules.py), built
+    when `snakemake --report` renders workflow/report/workflow.rst: the DAG exists only then."""
+    from zoomattn.reporting.workflow_rules import rule_table_html
+
+    return rule_table_html(workflow.dag.toposorted(), workflow.dag.dependencies)
 
 
 config["_report"] = {  # what `snakemake --report`'s captions print (workflow/report/*.rst)
     "preset": PRESET,
     "seeds": grid.study_seeds(CFG, grid.LEADERBOARD),
     "grid_seeds": CFG["seeds"],
-    "commits": {d: report_commit(d) for d in REPORTS},
+    "jobs": {d: report_provenance(d) for d in REPORTS},  # by report directory
+    "rules_html": report_rules_html,
 }
 
 
+def _report_subcategory(wildcards):
+    return "figures" if wildcards.ext == "png" else "tables"
+
+
 def report_flag(path, study):
-    """A report directory's figures and html tables in `snakemake --report`, under its study."""
+    """A report directory's figures and html tables in `snakemake --report`: under its study,
+    figures and tables apart, each labelled by its name alone. (A second label with two values
+    that split a list in halves, like png/html 4 and 4, becomes a toggle between pairs that do
+    not exist here, and the report's page breaks on it.)"""
     return report(directory(path), patterns=["{name}.{ext,png|html}"],
                   caption="../report/figure.rst", category=study,
-                  labels={"item": "{name}", "type": "{ext}"})
+                  subcategory=_report_subcategory, labels={"item": "{name}"})

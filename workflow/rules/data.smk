@@ -14,7 +14,7 @@ if SYNTHETIC:
         conda:
             "../../envs/data.yaml"
         shell:
-            "python -m zoomattn world --spec {params.spec:q} --results {RESULTS} --out {output} > {log} 2>&1"
+            "python -m zoomattn world --spec {params.spec:q} --out {output} > {log} 2>&1"
 
 
 rule train_data:
@@ -34,7 +34,7 @@ rule train_data:
     conda:
         "../../envs/data.yaml"
     shell:
-        "python -m zoomattn train-data --spec {params.spec:q} --results {RESULTS}"
+        "python -m zoomattn train-data --spec {params.spec:q}"
         " {params.world} --out {output} > {log} 2>&1"
 
 
@@ -57,7 +57,7 @@ rule eval_data:
     conda:
         "../../envs/data.yaml"
     shell:
-        "python -m zoomattn eval-data --spec {params.spec:q} --results {RESULTS}"
+        "python -m zoomattn eval-data --spec {params.spec:q}"
         " {params.world} --out {output} > {log} 2>&1"
 
 
@@ -80,7 +80,7 @@ if STUDIES:
         conda:
             "../../envs/data.yaml"
         shell:
-            "python -m zoomattn train-data --spec {params.spec:q} --results {RESULTS}"
+            "python -m zoomattn train-data --spec {params.spec:q}"
             " {params.world} --out {output} > {log} 2>&1"
 
     rule study_eval_data:
@@ -102,5 +102,5 @@ if STUDIES:
         conda:
             "../../envs/data.yaml"
         shell:
-            "python -m zoomattn eval-data --spec {params.spec:q} --results {RESULTS}"
+            "python -m zoomattn eval-data --spec {params.spec:q}"
             " {params.world} --out {output} > {log} 2>&1"

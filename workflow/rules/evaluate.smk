@@ -17,7 +17,7 @@ rule evaluate:
     conda:
         "../../envs/train.yaml"
     shell:
-        "python -m zoomattn evaluate --spec {params.spec:q} --results {RESULTS}"
+        "python -m zoomattn evaluate --spec {params.spec:q}"
         " --model-dir {input.model} --base-dir {input.base} --split-dir {input.split}"
         " --out {output.metrics} --predictions {output.predictions} --threads {threads} > {log} 2>&1"
 
@@ -40,7 +40,7 @@ rule attention:  # every model of the grid: golden share by position, answer-tok
     conda:
         "../../envs/train.yaml"
     shell:
-        "python -m zoomattn attention --spec {params.spec:q} --results {RESULTS}"
+        "python -m zoomattn attention --spec {params.spec:q}"
         " --model-dir {input.model} --base-dir {input.base} --split-dir {input.split}"
         " --out {output} --threads {threads} > {log} 2>&1"
 
@@ -64,7 +64,7 @@ if RECT:
         conda:
             "../../envs/train.yaml"
         shell:
-            "python -m zoomattn score-margin --spec {params.spec:q} --results {RESULTS}"
+            "python -m zoomattn score-margin --spec {params.spec:q}"
             " --model-dir {input.model} --base-dir {input.model} --split-dir {input.split}"
             " --out {output} --threads {threads} > {log} 2>&1"
 
@@ -89,7 +89,7 @@ if MUDAF:
         conda:
             "../../envs/train.yaml"
         shell:
-            "python -m zoomattn retrieval-heads --spec {params.spec:q} --results {RESULTS}"
+            "python -m zoomattn retrieval-heads --spec {params.spec:q}"
             " --model-dir {input.model} --base-dir {input.base} --split-dir {input.split}"
             " --out {output} --threads {threads} > {log} 2>&1"
 
@@ -112,7 +112,7 @@ if MUDAF:
         conda:
             "../../envs/train.yaml"
         shell:
-            "python -m zoomattn head-masking --spec {params.spec:q} --results {RESULTS}"
+            "python -m zoomattn head-masking --spec {params.spec:q}"
             " --model-dir {input.model} --base-dir {input.base} --split-dir {input.split}"
             " --scores {input.scores} --out {output} --threads {threads} > {log} 2>&1"
 
@@ -137,6 +137,6 @@ if LKG:
         conda:
             "../../envs/train.yaml"
         shell:
-            "python -m zoomattn head-patterns --spec {params.spec:q} --results {RESULTS}"
+            "python -m zoomattn head-patterns --spec {params.spec:q}"
             " --model-dir {input.model} --base-dir {input.base} --split-dir {input.split}"
             " --out {output} --threads {threads} > {log} 2>&1"

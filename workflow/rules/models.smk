@@ -18,7 +18,7 @@ if SYNTHETIC:
         conda:
             "../../envs/train.yaml"
         shell:
-            "python -m zoomattn pretrain --spec {params.spec:q} --results {RESULTS}"
+            "python -m zoomattn pretrain --spec {params.spec:q}"
             " --world-dir {input.world} --out {output} --ckpt {params.ckpt} --threads {threads} > {log} 2>&1"
 
 else:
@@ -38,7 +38,7 @@ else:
         conda:
             "../../envs/train.yaml"
         shell:
-            "python -m zoomattn base-model --spec {params.spec:q} --results {RESULTS} --out {output}"
+            "python -m zoomattn base-model --spec {params.spec:q} --out {output}"
             " > {log} 2>&1"
 
 
@@ -63,7 +63,7 @@ rule finetune:
     conda:
         "../../envs/train.yaml"
     shell:
-        "python -m zoomattn finetune --spec {params.spec:q} --results {RESULTS}"
+        "python -m zoomattn finetune --spec {params.spec:q}"
         " --data-dir {input.data} --base-dir {input.base} --out {output} --ckpt {params.ckpt}"
         " {params.margin} {params.heads} {params.patterns} --threads {threads} > {log} 2>&1"
 
@@ -85,5 +85,5 @@ if MUDAF:
         conda:
             "../../envs/train.yaml"
         shell:
-            "python -m zoomattn select-heads --spec {params.spec:q} --results {RESULTS}"
+            "python -m zoomattn select-heads --spec {params.spec:q}"
             " --scores {input.scores} --out {output} > {log} 2>&1"

@@ -14,7 +14,7 @@ rule report:
     conda:
         "../../envs/report.yaml"
     shell:
-        "python -m zoomattn report --spec {params.spec:q} --results {RESULTS}"
+        "python -m zoomattn report --spec {params.spec:q}"
         " --eval-files {input.evals} --attention-files {input.attention}"
         " --base-metrics {input.base}/metrics.json --out {output} > {log} 2>&1"
 
@@ -40,7 +40,7 @@ if RECT:
         conda:
             "../../envs/report.yaml"
         shell:
-            "python -m zoomattn rect-report --spec {params.spec:q} --results {RESULTS}"
+            "python -m zoomattn rect-report --spec {params.spec:q}"
             " --eval-files {input.evals} --margin {input.margin} --out {output} > {log} 2>&1"
 
 
@@ -70,7 +70,7 @@ if MUDAF:
         conda:
             "../../envs/report.yaml"
         shell:
-            "python -m zoomattn mudaf-report --spec {params.spec:q} --results {RESULTS}"
+            "python -m zoomattn mudaf-report --spec {params.spec:q}"
             " --eval-files {input.evals} --heads-files {input.heads}"
             " --masking-files {input.masking} --selection-files {input.selections} --out {output}"
             " > {log} 2>&1"
@@ -93,7 +93,7 @@ if LKG:
         conda:
             "../../envs/report.yaml"
         shell:
-            "python -m zoomattn lkg-report --spec {params.spec:q} --results {RESULTS}"
+            "python -m zoomattn lkg-report --spec {params.spec:q}"
             " --eval-files {input.evals} --patterns-files {input.patterns}"
             " --train-files {params.train} --out {output} > {log} 2>&1"
 
@@ -116,7 +116,7 @@ if LEADERBOARD:
         conda:
             "../../envs/report.yaml"
         shell:
-            "python -m zoomattn leaderboard-report --spec {params.spec:q} --results {RESULTS}"
+            "python -m zoomattn leaderboard-report --spec {params.spec:q}"
             " --eval-files {input.evals} --attention-files {input.attention}"
             " --heads-files {input.heads} --patterns-files {input.patterns} --out {output}"
             " > {log} 2>&1"

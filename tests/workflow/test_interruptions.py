@@ -1,0 +1,56 @@
+"""A run interrupted mid-job: the next plain ``snakemake`` rebuilds what the interruption removed.
+
+Snakemake removes a job's outputs when it starts the job, and a zoomattn job builds a directory
+output as ``<dir>.partial`` (zoomattn/io.atomic_dir). So a forced rerun (``-R finetune``) killed
+mid-fine-tune leaves the model missing, after a kill -9 a ``.partial`` beside it, and the old
+model's evaluations and reports in place: Snakemake alone would call all of that up to date.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.workflow.scratch import SMOKE, planned_jobs, snakemake
+
+pytestmark = pytest.mark.slow
+
+MODEL = "qlora_s0"  # an OpAmp-part model: read by every report but the rectification's
+# the jobs that read a model (besides reports): its evaluations and analyses
+READERS = {"evaluate", "attention", "retrieval_heads", "head_masking", "head_patterns"}
+
+
+@pytest.fixture
+def wd(workdir, tmp_path):
+    """A copy of the finished smoke run (results and Snakemake's records) that a test may break."""
+    return shutil.copytree(workdir, tmp_path / "wd", symlinks=True)
+
+
+def test_a_model_an_interrupted_run_removed_is_rebuilt_with_everything_that_reads_it(wd):
+    models = wd / "results/smoke/models"
+    shutil.rmtree(models / MODEL)
+    partial = models / f"{MODEL}.partial"
+    partial.mkdir()
+    (partial / "model.safetensors").write_text("torn")
+
+    jobs = planned_jobs(wd)
+    assert ("finetune", {"trained": MODEL}) in jobs
+    assert {r for r, w in jobs if w.get("model") == MODEL} == READERS
+    assert {"report", "mudaf_report", "lkg_report", "leaderboard_report"} <= {r for r, _ in jobs}
+
+    snakemake(wd, "-j", "2", *SMOKE)
+    assert (models / MODEL / "metrics.json").is_file() and not partial.exists()
+    assert planned_jobs(wd) == []
+
+
+def test_an_evaluation_an_interrupted_run_removed_is_rebuilt_with_the_reports_reading_it(wd):
+    metrics = wd / f"results/smoke/eval/{MODEL}/coqa_like/r0.json"
+    metrics.unlink()
+    metrics.with_suffix(".predictions.jsonl").unlink()
+    jobs = planned_jobs(wd)
+    evaluation = {"model": MODEL, "benchmark": "coqa_like", "split": "r0"}
+    assert sorted(jobs, key=str) == sorted(
+        [("evaluate", evaluation), ("report", {}), ("leaderboard_report", {}), ("all", {})],
+        key=str,
+    )
