@@ -112,3 +112,16 @@ def test_check_config_reports_a_bad_override_in_one_line(checkout_dir, override,
         (checkout_dir / "nope.yaml").write_text(override)
     got = _exit_message(["check-config", "--config", "config.yaml", "nope.yaml"])
     assert got.startswith(message) and "\n" not in got
+
+
+REPORT = ["--results", "r", "--eval-files", "e.json", "--attention-files", "a.json"]
+REPORT += ["--base-metrics", "m.json", "--out", "o"]
+
+
+def test_a_report_stage_reads_its_spec_from_a_file_and_other_stages_refuse_one(tmp_path):
+    args = build_parser().parse_args(["report", "--spec-file", str(tmp_path / "s.json")] + REPORT)
+    assert args.spec_file == tmp_path / "s.json" and args.spec is None
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["world", "--spec-file", "s.json", "--out", "o"])
+    with pytest.raises(SystemExit):  # one of the two, not both
+        build_parser().parse_args(["report", "--spec", "{}", "--spec-file", "s.json"] + REPORT)

@@ -1,9 +1,9 @@
 """Command line of zoomattn: ``python -m zoomattn COMMAND``; ``--help`` is the guide.
 
 A user calls ``regenerate``, ``check-config`` and ``unlock-stale``. The workflow's rules call one
-job stage each (``python -m zoomattn STAGE --spec JSON [paths]``, see workflow/rules). ``worker`` (the local run's
-warm fork server) and ``mlflow-start``/``mlflow-end`` (the Snakefile's onstart/onsuccess/onerror
-handlers) are internal and left out of the help.
+job stage each (``python -m zoomattn STAGE --spec JSON [paths]``, see workflow/rules). ``worker``
+(the local run's warm fork server) and ``mlflow-start``/``mlflow-end`` (the Snakefile's
+onstart/onsuccess/onerror handlers) are internal and left out of the help.
 """
 
 from __future__ import annotations
@@ -124,7 +124,10 @@ def _add_results(p: argparse.ArgumentParser) -> None:
 
 def _add_stage(sub, stage: str, paths: list[str]) -> None:
     p = sub.add_parser(stage, description=f"{STAGE_HELP[stage]} (called by the workflow's rules)")
-    p.add_argument("--spec", required=True, help="the job's config values, as JSON")
+    spec = p.add_mutually_exclusive_group(required=True)
+    spec.add_argument("--spec", help="the job's config values, as JSON")
+    if stage in REPORTS:  # the report rules pass a file: their spec stays out of the HTML report
+        spec.add_argument("--spec-file", type=Path, help="the job's config values, a JSON file")
     _add_results(p)
     for name in paths:
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, required=True, type=Path)
@@ -245,7 +248,8 @@ def run_stage(argv: list[str]) -> None:
     if stage == "mlflow-end":
         tracking.end_parent(args["results"], args["run_id"], ok=not args["failed"])
         return
-    args["spec"] = json.loads(args["spec"])
+    spec_file = args.pop("spec_file", None)
+    args["spec"] = json.loads(spec_file.read_text() if spec_file else args["spec"])
     claim_for_spec(args["spec"])  # before the stage can initialise CUDA, which reads the cards once
     getattr(stages, stage.replace("-", "_"))(**args)
 

@@ -193,6 +193,7 @@ def test_every_result_info_panel_shows_its_caption_without_errors(browser, repor
         panel = page.wait_for(_side_panel_naming(Path(path).stem), f"{path}'s panel")
         assert "preset smoke" in panel and "commit" in panel, (path, panel)
         assert "provenance.json is unreadable" not in panel, (path, panel)
+        assert '"code"' not in panel and '\\"' not in panel, ("a spec's JSON", path, panel)
     assert page.errors == []
 
 

@@ -316,6 +316,25 @@ def leaderboard_report_spec():
     return {**grid.cross_report_spec(CFG), "code": code_hash("report")}
 
 
+def report_spec_file(report, spec):
+    """A report job's spec as an input file, written as the workflow is parsed and only when it
+    changed: a changed spec reruns the report (its input is newer) as a changed param would, and
+    the spec stays out of the job parameters `snakemake --report` prints under every figure."""
+    path = f"{OUT}/specs/report_{report}.json"
+    text = as_json(spec) + "\n"
+    try:
+        if open(path).read() == text:
+            return path
+    except OSError:
+        pass
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"  # parsing processes (Slurm jobs) may write it at once
+    with open(tmp, "w") as out:
+        out.write(text)
+    os.replace(tmp, path)
+    return path
+
+
 def report_provenance(report_dir):
     """The preset, seeds and commit a report job ran with (its provenance.json), for the
     `snakemake --report` captions; before it exists, the config's and the checkout's commit (the

@@ -3,18 +3,18 @@ rule report:
         evals=EVAL_FILES,
         attention=ATTENTION_FILES,
         base=BASE,
+        spec=report_spec_file("opamp", {"preset": PRESET, "benchmarks": CFG["benchmarks"],
+                                        "cells": {r: CELLS[r] for r in CELLS},
+                                        "seeds": CFG["seeds"], "attention": CFG["attention"],
+                                        "code": code_hash("report")}),
     output:
         report_flag(REPORT, "opamp"),
-    params:
-        spec=lambda w: as_json({"preset": PRESET, "benchmarks": CFG["benchmarks"],
-                                "cells": {r: CELLS[r] for r in CELLS}, "seeds": CFG["seeds"],
-                                "attention": CFG["attention"], "code": code_hash("report")}),
     log:
         f"{OUT}/logs/report.log",
     conda:
         "../../envs/report.yaml"
     shell:
-        "python -m zoomattn report --spec {params.spec:q}"
+        "python -m zoomattn report --spec-file {input.spec}"
         " --eval-files {input.evals} --attention-files {input.attention}"
         " --base-metrics {input.base}/metrics.json --out {output} > {log} 2>&1"
 
@@ -25,22 +25,20 @@ if RECT:
         input:
             evals=RECT_EVAL_FILES,
             margin=margin_file(grid.rect_base(CFG)),
+            spec=report_spec_file("rectification", {
+                "preset": PRESET, "rectification": RECT,
+                "cells": {m: {"run": t.run, "method": t.method, "values": t.values,
+                              "placement": t.placement, "seed": t.seed}
+                          for m, t in TRAINED.items() if t.study == grid.RECT},
+                "base": grid.rect_base(CFG), "seeds": CFG["seeds"], "code": code_hash("report")}),
         output:
             report_flag(RECT_REPORT, "rectification"),
-        params:
-            spec=lambda w: as_json({"preset": PRESET, "rectification": RECT,
-                                    "cells": {m: {"run": t.run, "method": t.method,
-                                                  "values": t.values, "placement": t.placement,
-                                                  "seed": t.seed}
-                                              for m, t in TRAINED.items() if t.study == grid.RECT},
-                                    "base": grid.rect_base(CFG), "seeds": CFG["seeds"],
-                                    "code": code_hash("report")}),
         log:
             f"{OUT}/logs/report_rectification.log",
         conda:
             "../../envs/report.yaml"
         shell:
-            "python -m zoomattn rect-report --spec {params.spec:q}"
+            "python -m zoomattn rect-report --spec-file {input.spec}"
             " --eval-files {input.evals} --margin {input.margin} --out {output} > {log} 2>&1"
 
 
@@ -54,23 +52,21 @@ if MUDAF:
             masking=[masking_file(m) for m in MASKED_MODELS],
             selections=[selection_file(m) for m, t in MUDAF_CELLS.items()
                         if t.values.get("heads", 0) > 0],
+            spec=report_spec_file("mudaf", {
+                "preset": PRESET, "mudaf": MUDAF,
+                "cells": {m: {"run": t.run, "method": t.method, "values": t.values,
+                              "seed": t.seed} for m, t in MUDAF_CELLS.items()},
+                "studies": {m: t.study for m, t in TRAINED.items()},
+                "base": MUDAF_BASE, "seeds": CFG["seeds"],
+                "clipped_heads": grid.clipped_heads(CFG), "code": code_hash("report")}),
         output:
             report_flag(MUDAF_REPORT, "mudaf"),
-        params:
-            spec=lambda w: as_json({"preset": PRESET, "mudaf": MUDAF,
-                                    "cells": {m: {"run": t.run, "method": t.method,
-                                                  "values": t.values, "seed": t.seed}
-                                              for m, t in MUDAF_CELLS.items()},
-                                    "studies": {m: t.study for m, t in TRAINED.items()},
-                                    "base": MUDAF_BASE, "seeds": CFG["seeds"],
-                                    "clipped_heads": grid.clipped_heads(CFG),
-                                    "code": code_hash("report")}),
         log:
             f"{OUT}/logs/report_mudaf.log",
         conda:
             "../../envs/report.yaml"
         shell:
-            "python -m zoomattn mudaf-report --spec {params.spec:q}"
+            "python -m zoomattn mudaf-report --spec-file {input.spec}"
             " --eval-files {input.evals} --heads-files {input.heads}"
             " --masking-files {input.masking} --selection-files {input.selections} --out {output}"
             " > {log} 2>&1"
@@ -83,17 +79,17 @@ if LKG:
             evals=LKG_EVAL_FILES,
             patterns=[patterns_file(m) for m in ALL_MODELS],
             models=[model_dir(m) for m in LKG_MODELS],
+            spec=report_spec_file("lkg", lkg_report_spec()),
         output:
             report_flag(LKG_REPORT, "lkg"),
         params:
-            spec=lambda w: as_json(lkg_report_spec()),
             train=[f"{model_dir(m)}/metrics.json" for m in LKG_MODELS],
         log:
             f"{OUT}/logs/report_lkg.log",
         conda:
             "../../envs/report.yaml"
         shell:
-            "python -m zoomattn lkg-report --spec {params.spec:q}"
+            "python -m zoomattn lkg-report --spec-file {input.spec}"
             " --eval-files {input.evals} --patterns-files {input.patterns}"
             " --train-files {params.train} --out {output} > {log} 2>&1"
 
@@ -107,16 +103,15 @@ if LEADERBOARD:
             attention=CROSS_INPUTS["attention"],
             heads=CROSS_INPUTS["heads"],
             patterns=CROSS_INPUTS["patterns"],
+            spec=report_spec_file("leaderboard", leaderboard_report_spec()),
         output:
             report_flag(LEADERBOARD_REPORT, "leaderboard"),
-        params:
-            spec=lambda w: as_json(leaderboard_report_spec()),
         log:
             f"{OUT}/logs/report_leaderboard.log",
         conda:
             "../../envs/report.yaml"
         shell:
-            "python -m zoomattn leaderboard-report --spec {params.spec:q}"
+            "python -m zoomattn leaderboard-report --spec-file {input.spec}"
             " --eval-files {input.evals} --attention-files {input.attention}"
             " --heads-files {input.heads} --patterns-files {input.patterns} --out {output}"
             " > {log} 2>&1"
