@@ -22,15 +22,8 @@ from zoomattn.reporting import (
 )
 from zoomattn.reporting.plotting import NO_DATA, notes
 
-FIGURE_MODULES = (
-    diagnostics,
-    figures,
-    leaderboard,
-    lkg_figures,
-    mudaf_figures,
-    rectification_figures,
-    retrieval_figures,
-)
+FIGURE_MODULES = (diagnostics, figures, leaderboard, lkg_figures, mudaf_figures)
+FIGURE_MODULES += (rectification_figures, retrieval_figures)
 
 
 def draw(builder, folder):

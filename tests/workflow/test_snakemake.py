@@ -172,6 +172,14 @@ def test_rerunning_a_job_in_fresh_processes_gives_the_worker_made_files_byte_for
     assert {f: f.read_bytes() for f in files} == before
 
 
+def _job_env(workdir) -> dict:
+    """A job's environment: the scratch copy's package, and no MLFLOW_TRACKING_URI (an earlier
+    test's mlflow.set_tracking_uri leaves one in this process) so --results names the store."""
+    env = {**os.environ, "PYTHONPATH": str(workdir)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
 def _finetune_spec(workdir, **finetune) -> dict:
     """The smoke grid's QLoRA cell, long enough (60 steps, a checkpoint every 10) to be killed."""
     preset = yaml.safe_load((workdir / "config.yaml").read_text())["presets"]["smoke"]
@@ -238,7 +246,7 @@ def _finetune_runs(store) -> tuple:
 
 def test_a_killed_finetune_job_resumes_from_its_checkpoint_to_the_same_weights(workdir, tmp_path):
     spec = _finetune_spec(workdir)
-    env = {**os.environ, "PYTHONPATH": str(workdir)}
+    env = _job_env(workdir)
     command = lambda name: _finetune_command(workdir, tmp_path, spec, name)  # noqa: E731
     subprocess.run(command("reference"), env=env, check=True, capture_output=True, timeout=600)
     state = tmp_path / "ckpt_killed/state.pt"
@@ -271,7 +279,7 @@ def test_a_killed_finetune_rerun_with_another_lr_or_code_discards_its_checkpoint
     0, to the bytes of a clean run of its own spec, and its log says the checkpoint was dropped."""
     old = _finetune_spec(workdir, lr=1e-3)
     changed = {"lr": _finetune_spec(workdir, lr=5e-3), "code": {**old, "code": "after-edit"}}
-    env = {**os.environ, "PYTHONPATH": str(workdir)}
+    env = _job_env(workdir)
 
     def start(spec, name):  # each job its own MLflow store: the two run at once
         command = _finetune_command(workdir, tmp_path, spec, name, f"mlflow_{name}")
