@@ -125,3 +125,11 @@ def test_a_report_stage_reads_its_spec_from_a_file_and_other_stages_refuse_one(t
         build_parser().parse_args(["world", "--spec-file", "s.json", "--out", "o"])
     with pytest.raises(SystemExit):  # one of the two, not both
         build_parser().parse_args(["report", "--spec", "{}", "--spec-file", "s.json"] + REPORT)
+
+
+def test_an_unknown_command_is_named_without_listing_the_internal_ones(capsys):
+    with pytest.raises(SystemExit) as stop:
+        run_stage(["regenerat"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "unknown command 'regenerat'" in err and "--help" in err
+    assert "worker" not in err and "mlflow" not in err

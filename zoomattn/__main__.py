@@ -223,8 +223,14 @@ def _run_user_command(command: str, args: dict) -> None:
         sys.exit(f"zoomattn {command}: {err}")
 
 
+INTERNAL = ("worker", "mlflow-start", "mlflow-end")
+
+
 def run_stage(argv: list[str]) -> None:
     parser = build_parser()
+    known = (*USER_COMMANDS, *STAGES, *INTERNAL)
+    if argv and not argv[0].startswith("-") and argv[0] not in known:  # argparse would list all
+        parser.error(f"unknown command {argv[0]!r}: `python -m zoomattn --help` lists them")
     args = vars(parser.parse_args(argv))
     stage = args.pop("stage")
     if stage == "worker":  # before logging is configured: its children configure their own
