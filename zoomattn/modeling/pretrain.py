@@ -20,7 +20,7 @@ from zoomattn.data.tasks import closed_book, single_doc
 from zoomattn.data.world import ATTRIBUTES, Fact, FactSampler, World
 from zoomattn.placement import CPU, Placement
 from zoomattn.training.batching import IGNORE, encode_example, pad_batch
-from zoomattn.training.checkpoint import Checkpointer, MetricHistory
+from zoomattn.training.checkpoint import Checkpointer
 
 log = logging.getLogger(__name__)
 
@@ -159,12 +159,9 @@ def pretrain(
     model = LlamaForCausalLM(llama_config(len(tok), model_cfg, tok)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=p["lr"], weight_decay=0.0)
     ckpt = Checkpointer(ckpt_dir, p["checkpoint_every"], identity)
-    step, extra = ckpt.restore(model, optimizer)
+    step, extra, history = ckpt.resume(model, optimizer, on_metrics, on_start)
     if step:
         log.info("resumed pretraining from step %d", step)
-    on_start(step)
-    history = MetricHistory(on_metrics)
-    history.replay(extra.get("metrics", {}))
     copy_end = extra.get("copy_end")  # step at which the copy phase ended, once known
     probes = probe_sets(world, p["seed"] + 7919, p["probe_examples"])
     total_cap = p["copy_max_steps"] + p["mix_steps"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 
@@ -22,9 +23,7 @@ def load_model(spec: dict, model_dir: Path, base_dir: Path, threads: int):
 
 
 def clear_checkpoints(ckpt: Path) -> None:
-    from zoomattn.training.checkpoint import remove_checkpoints
-
-    remove_checkpoints(ckpt)
+    shutil.rmtree(ckpt, ignore_errors=True)
 
 
 def tag_resumed_from(run):

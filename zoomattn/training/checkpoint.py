@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import random
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,10 +65,6 @@ def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def remove_checkpoints(directory: str | Path) -> None:
-    shutil.rmtree(directory, ignore_errors=True)
-
-
 class Checkpointer:
     def __init__(self, directory: str | Path, every: int, identity: str):
         self.path = Path(directory) / "state.pt"
@@ -120,6 +115,16 @@ class Checkpointer:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         return state["step"], state["extra"]
 
+    def resume(self, model, optimizer, on_metrics, on_start) -> tuple[int, dict, MetricHistory]:
+        """``restore``, then tell ``on_start`` the step training goes on from (0: from scratch)
+        and send ``on_metrics`` again what was logged before it; returns (step, the checkpoint's
+        extra, the history that logs the steps to come)."""
+        step, extra = self.restore(model, optimizer)
+        on_start(step)
+        history = MetricHistory(on_metrics)
+        history.replay(extra.get("metrics", {}))
+        return step, extra, history
+
     def _discard(self, state: dict) -> None:
         made_for = state.get("identity")
         why = (
@@ -135,9 +140,6 @@ class Checkpointer:
             why,
         )
         self.path.unlink()
-
-    def clear(self) -> None:
-        remove_checkpoints(self.path.parent)
 
 
 class MetricHistory:

@@ -27,7 +27,7 @@ from zoomattn.modeling.loading import (
 )
 from zoomattn.placement import Placement
 from zoomattn.training.batching import encode_example, pad_batch, scored_tokens
-from zoomattn.training.checkpoint import Checkpointer, MetricHistory, job_identity
+from zoomattn.training.checkpoint import Checkpointer, job_identity
 
 log = logging.getLogger(__name__)
 
@@ -144,12 +144,9 @@ def finetune(
     n_trainable = sum(p.numel() for p in trainable)
     optimizer = make_optimizer(ft["optimizer"], trainable, ft["lr"])
     ckpt = Checkpointer(ckpt_dir, ft["checkpoint_every"], job_identity(cell, data_dir, base_dir))
-    step, extra = ckpt.restore(model, optimizer)
+    step, extra, history = ckpt.resume(model, optimizer, on_metrics, on_start)
     if step:
         log.info("resumed %s from step %d", cell["run"], step)
-    on_start(step)
-    history = MetricHistory(on_metrics)
-    history.replay(extra.get("metrics", {}))
     window: list[dict[str, float]] = extra.get("window", [])  # steps since the last log
     model.train()
     bar = tqdm(total=ft["steps"], initial=step, desc=f"finetune {cell['run']}", mininterval=5)
