@@ -37,9 +37,10 @@ _EXTERNAL_REFERENCE = re.compile(r"\b(?:GRID|FACTS)\.md\b")
 
 SECTION_ID = r"§(\d+(?:\.\d+)*)"
 _HEADING = re.compile(rf"^#+\s+{SECTION_ID}[\s.]", re.MULTILINE)
-# a citation, and the sections chained onto it: "docs/papers.md §1 and §3", "§2, §4", "§1-2"
+# a citation (plain or a Markdown link), and the sections chained onto it: "docs/papers.md §1 and
+# §3", "§2, §4", "§1-2", "[docs/notes.md](docs/notes.md) §4"
 _CITATION = re.compile(
-    rf"docs/(papers|notes)\.md\s+{SECTION_ID}((?:\s*(?:,|and|or|-)\s*§?\d+(?:\.\d+)*)*)"
+    rf"docs/(papers|notes)\.md(?:\]\([^)]*\)|\))?\s+{SECTION_ID}((?:\s*(?:,|and|or|-)\s*§?\d+(?:\.\d+)*)*)"
 )
 _CHAINED = re.compile(r"(\d+(?:\.\d+)*)")
 
@@ -116,6 +117,7 @@ def test_section_headings_and_citations_are_read_with_their_subsections():
         ("notes", "4.1"),
     ]
     assert citations("use: docs/papers.md §1 (OpAmp) and §3") == [("papers", "1")]
+    assert citations("see [docs/notes.md](docs/notes.md) §4.") == [("notes", "4")]
     assert citations("docs/papers.md §1 and §3; docs/papers.md §2, §4") == [
         ("papers", "1"),
         ("papers", "3"),
