@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from inspect import getsource
 from pathlib import Path
 
 import pytest
 
-from zoomattn import worker
+from zoomattn import stages, worker
 from zoomattn.config import ROOT
+from zoomattn.stages import STAGES
 from zoomattn.worker import ENV_WORKER, run_in_worker
 
 CLIENT = "import sys; from zoomattn.worker import run_in_worker; sys.exit(run_in_worker(sys.argv))"
@@ -144,9 +148,39 @@ def test_without_cuda_in_torch_the_server_preloads_peft_too(monkeypatch):
 
     monkeypatch.setattr(torch.version, "hip", None)
     monkeypatch.setattr(torch.version, "cuda", None)
-    assert worker.preload_list() == worker.PRELOAD + ("peft",)
+    cpu_only = worker.preload_list()
     monkeypatch.setattr(torch.version, "cuda", "12.8")
-    assert worker.preload_list() == worker.PRELOAD
+    assert cpu_only == (*worker.preload_list(), "peft")
+
+
+def _package_imports(function) -> set[str]:
+    """What the ``from zoomattn... import name`` lines of a function's source import: the module,
+    or ``module.name`` where that is one."""
+    out = set()
+    imports = re.findall(r"from (zoomattn[\w.]*) import ([\w, ]+)", getsource(function))
+    for module, names in imports:
+        for name in (n.split(" as ")[0].strip() for n in names.split(",")):
+            out.add(f"{module}.{name}" if _is_module(f"{module}.{name}") else module)
+    return out
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a name inside a module
+        return False
+
+
+def test_the_server_preloads_every_stage_and_what_its_function_imports():
+    """Read off the stage table (zoomattn/stages): each stage's module and the package modules
+    its function's body imports, beside the third-party stack."""
+    preload = worker.preload_list()
+    assert preload[: len(worker.STACK)] == worker.STACK
+    for stage in STAGES:
+        function = stages.function(stage)
+        assert function.__module__ in preload, stage
+        assert _package_imports(function) <= set(preload), stage
+    assert "zoomattn.worker" not in preload and "zoomattn.__main__" not in preload
 
 
 TOUCHES_CUDA = {

@@ -21,7 +21,6 @@ from zoomattn.methods import METHODS, cells, method_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
-PACKAGE = Path(__file__).resolve().parent
 GRID_KEYS = ("seeds", "methods", "benchmarks")
 
 
@@ -348,60 +347,5 @@ def config_hash(cfg: dict) -> str:
     return stable_hash(cfg)
 
 
-# Source files whose change must rerun a stage: everything a stage imports from the package.
-# Method modules are added per cell, so editing one method reruns only that method's jobs.
-CODE_GROUPS = {
-    "data": ["io.py", "data/*.py", "stages/data.py"],
-    "sources": ["io.py", "data/*.py", "data/sources/*.py", "stages/data.py"],
-    "base": ["io.py", "modeling/hub.py", "modeling/chat.py"],
-    "pretrain": [
-        "io.py",
-        "data/*.py",
-        "training/batching.py",
-        "training/checkpoint.py",
-        "modeling/loading.py",
-        "modeling/pretrain.py",
-        "placement.py",
-        "stages/common.py",
-        "stages/models.py",
-    ],
-    "finetune": [
-        "io.py",
-        "data/*.py",
-        "training/*.py",
-        "modeling/*.py",
-        "attention/*.py",
-        "methods/__init__.py",
-        "placement.py",
-        "stages/common.py",
-        "stages/models.py",
-    ],
-    "evaluate": [
-        "io.py",
-        "data/*.py",
-        "training/batching.py",
-        "modeling/loading.py",
-        "modeling/hub.py",
-        "modeling/chat.py",
-        "modeling/boundary.py",
-        "attention/*.py",
-        "methods/__init__.py",
-        "placement.py",
-        "evaluation/*.py",
-        "stages/common.py",
-        "stages/analysis.py",
-    ],
-    "select": ["io.py", "methods/__init__.py", "stages/models.py"],
-    "report": ["io.py", "reporting/*.py", "stages/reports.py"],
-}
-
-
-def code_hash(group: str, method: str | None = None) -> str:
-    files = sorted({f for pattern in CODE_GROUPS[group] for f in PACKAGE.glob(pattern)})
-    if method is not None:
-        files += sorted(METHODS[method].folder.glob("*.py"))
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.relative_to(PACKAGE).as_posix().encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()[:16]
+# The rules import it from here; zoomattn/code_hash.py derives each job's code from its imports.
+from zoomattn.code_hash import code_hash  # noqa: E402, F401

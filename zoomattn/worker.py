@@ -37,22 +37,15 @@ import uuid
 
 ENV_WORKER = "ZOOMATTN_WORKER"
 SOCKET_PREFIX = "zoomattn-worker-"
-PRELOAD = (
+# The third-party stack every job imports. The server preloads it, then every stage's module and
+# the package modules each stage's function imports (the stage table in zoomattn/stages).
+STACK = (
     "torch",
     "transformers.modeling_utils",
     "transformers.models.llama.modeling_llama",
     "datasets",
     "mlflow",
     "mlflow.store.tracking.sqlalchemy_store",
-    "zoomattn.stages",
-    "zoomattn.tracking",
-    "zoomattn.modeling.loading",
-    "zoomattn.modeling.pretrain",
-    "zoomattn.training.finetune",
-    "zoomattn.evaluation.generate",
-    "zoomattn.evaluation.attention_share",
-    "zoomattn.reporting.build",
-    "zoomattn.data.build",
 )
 # peft imports bitsandbytes, which asks each GPU for its compute capability at import
 # (bitsandbytes/cuda_specs.py): that initialises CUDA. Only a torch built without CUDA is safe.
@@ -241,11 +234,15 @@ ENTRY = "zoomattn.__main__:run_stage"
 
 
 def preload_list() -> tuple[str, ...]:
-    """What the server preloads: PRELOAD, and peft too where torch was built without CUDA."""
+    """What the server preloads: the stack and the stages' modules, and peft too where torch was
+    built without CUDA."""
     import torch
 
+    from zoomattn.code_hash import stage_modules
+
+    preload = (*STACK, *stage_modules())
     cpu_only = torch.version.cuda is None and torch.version.hip is None
-    return PRELOAD + PRELOAD_WITHOUT_CUDA if cpu_only else PRELOAD
+    return (*preload, *PRELOAD_WITHOUT_CUDA) if cpu_only else preload
 
 
 def _why_children_cannot_use_cuda() -> str | None:

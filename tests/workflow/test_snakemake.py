@@ -93,7 +93,7 @@ def test_editing_one_methods_source_reruns_only_that_methods_jobs(workdir):
     source = workdir / "zoomattn/methods/opamp/model.py"
     original = source.read_text()
     try:
-        source.write_text(original + "\n# an edit\n")
+        source.write_text(original + "\nEDITED = True\n")  # a comment would rerun nothing
         jobs = planned_jobs(workdir)
     finally:
         source.write_text(original)
