@@ -6,7 +6,7 @@ method entries, the studies' benchmarks and analyses). Every error names the off
 from __future__ import annotations
 
 from zoomattn.methods import METHODS, cells
-from zoomattn.studies import KINDS, Study, placements
+from zoomattn.studies import Study, placements
 
 
 class ConfigError(ValueError):
@@ -15,6 +15,7 @@ class ConfigError(ValueError):
 
 # ---- the shape of the raw config -----------------------------------------------------------
 OPAMP_KEYS = ("methods", "benchmarks", "attention")  # the OpAmp study's, once at the top level
+STUDY_KEYS = ("rectification", "mudaf", "lkg", "leaderboard")  # the other studies' blocks, once
 
 
 def check_shape(raw: dict) -> None:
@@ -23,7 +24,7 @@ def check_shape(raw: dict) -> None:
     presets = raw.get("presets") if isinstance(raw.get("presets"), dict) else {}
     levels = [("", raw)] + [(f"presets.{p}.", v) for p, v in presets.items() if isinstance(v, dict)]
     for prefix, node in levels:
-        for key in [*OPAMP_KEYS, *(s for s in KINDS if s != "opamp")]:
+        for key in (*OPAMP_KEYS, *STUDY_KEYS):
             if key not in node:
                 continue
             opamp = f"`methods`, `benchmarks` and `attention` to `{prefix}studies.opamp`"
