@@ -1,6 +1,6 @@
-# zoomattn: data -> base model -> fine-tunes (QLoRA, OpAmp K sweep; the rectification, MuDAF and
-# LKG-RALM studies; the cross-method leaderboard) -> evaluation and attention analyses -> one
-# report per study and the cross-method report.
+# zoomattn: data -> base model -> fine-tunes (every study of config.yaml's `studies:`: OpAmp's K
+# sweep, the rectification, MuDAF and LKG-RALM studies, the cross-method leaderboard) ->
+# evaluation and attention analyses -> one report per study.
 # Run from the repository root: `snakemake -j 2` (see README). Logic lives in the zoomattn package;
 # rules stay thin: inputs, outputs, params (the job's spec), log, resources, one call.
 

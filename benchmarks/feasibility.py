@@ -74,7 +74,7 @@ def _meta_model(base: dict, method: str, values: dict, ft: dict):
     return model, False
 
 
-def _resolved_values(m, cfg: dict) -> dict:
+def _resolved_values(m, cfg: dict, study) -> dict:
     """The cell's values with the context a job would fill in (heads, marker ids)."""
     from zoomattn.data.tokenizer import build_tokenizer
     from zoomattn.methods import METHODS
@@ -87,7 +87,7 @@ def _resolved_values(m, cfg: dict) -> dict:
         "tokenizer": build_tokenizer(["a", "b"]),
         "xi_auto": 3.0,
     }
-    ft = {**cfg["finetune"], **(cfg.get(m.study) or {}).get("finetune", {}), **m.finetune}
+    ft = {**study.finetune, **m.finetune}
     return METHODS[m.method].resolve(m.values, ft["lora"], **context), ft
 
 
@@ -119,7 +119,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
 
-    from zoomattn import grid
+    from zoomattn.grid import Grid
     from zoomattn.placement import plan
 
     cfg = paper_config()
@@ -132,8 +132,10 @@ def main() -> None:
                 if row["status"] == "ok":
                     measured[(row["study"], row["method"])] = row
     rows, seen = [], {}
-    for m in grid.trained_models(cfg).values():
-        values, ft = _resolved_values(m, cfg)
+    grid = Grid(cfg)
+    for m in grid.models.values():
+        study = grid.studies[m.study]
+        values, ft = _resolved_values(m, cfg, study)
         key = (
             m.study,
             m.method,
@@ -141,9 +143,7 @@ def main() -> None:
             json.dumps(ft, sort_keys=True),
         )
         if key not in seen:
-            base = cfg[m.study]["base_model"] if "base_model" in (cfg.get(m.study) or {}) \
-                else cfg["base_model"]  # fmt: skip
-            model, full = _meta_model(base, m.method, values, ft)
+            model, full = _meta_model(study.base_model, m.method, values, ft)
             dtype = "float32" if full else plan(cfg, "finetune").dtype  # full: fp32 masters
             seen[key] = memory_gib(model, full, ft, dtype) | {"full": full}
         mem = seen[key]

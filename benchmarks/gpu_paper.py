@@ -47,7 +47,7 @@ from gpu_paper_cells import (  # noqa: E402
 )
 
 from zoomattn.config import ROOT, load_config  # noqa: E402
-from zoomattn.grid import LEADERBOARD, studies, study_entries  # noqa: E402
+from zoomattn.grid import Grid  # noqa: E402
 from zoomattn.methods import METHODS, cells  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results"
@@ -72,11 +72,11 @@ def paper_config() -> dict:
 
 def plan(cfg: dict) -> list[dict]:
     """One group per study: its fine-tuning settings, QLoRA and one cell per other method."""
-    blocks = [("opamp", cfg["methods"], cfg["finetune"])]
-    for study in studies(cfg):
-        if study != LEADERBOARD:
-            entries = {e: values for e, (values, _, _) in study_entries(cfg, study).items()}
-            blocks.append((study, entries, {**cfg["finetune"], **cfg[study].get("finetune", {})}))
+    blocks = []
+    for study in Grid(cfg):
+        if not study.kind.cross:  # the leaderboard's cells are the studies' settings again
+            entries = {e: entry.values for e, entry in study.entries.items()}
+            blocks.append((study.name, entries, study.finetune))
     groups = []
     for study, methods, ft in blocks:
         picked = {}  # method -> (run, values, whether it is the preferred cell)

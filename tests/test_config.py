@@ -39,24 +39,57 @@ def test_shipped_config_is_valid_for_every_preset():
 
 def test_preset_values_override_the_grid():
     cfg = load_config(_with(preset="smoke"))
-    assert cfg["methods"]["opamp"]["K"] == RAW["presets"]["smoke"]["methods"]["opamp"]["K"]
+    smoke = RAW["presets"]["smoke"]
+    assert cfg["studies"]["opamp"]["methods"]["opamp"]["K"] == [10, "inf"]
+    assert cfg["studies"]["opamp"] == smoke["studies"]["opamp"]
+    assert cfg["finetune"] == smoke["finetune"]
+
+
+def test_a_presets_study_block_replaces_the_grids_block_whole():
+    raw = _with(preset="smoke")
+    raw["presets"]["smoke"]["studies"]["mudaf"] = {
+        **raw["presets"]["smoke"]["studies"]["mudaf"],
+        "masking": {"k": [1], "draws": 1, "examples": 4},
+    }
+    cfg = load_config(raw)
+    assert cfg["studies"]["mudaf"]["masking"] == {"k": [1], "draws": 1, "examples": 4}
+    assert "models" not in cfg["studies"]["mudaf"]["masking"]  # not merged with the grid's
+    assert cfg["studies"]["lkg"] == RAW["presets"]["smoke"]["studies"]["lkg"]
+
+
+def test_a_study_the_preset_does_not_name_keeps_the_grids_block():
+    raw = _with(preset="smoke")
+    del raw["presets"]["smoke"]["studies"]["lkg"]
+    assert load_config(raw)["studies"]["lkg"] == RAW["studies"]["lkg"]
+
+
+def test_null_turns_a_study_off_and_small_runs_opamp_alone():
+    cfg = load_config(_with(preset="small"))
+    assert {s for s, block in cfg["studies"].items() if block} == {"opamp"}
 
 
 @pytest.mark.parametrize(
     "changes,key",
     [
-        ({"methods__lora2": {}}, "config.methods"),
-        ({"methods__opamp__K": [0, 5]}, "config.methods.opamp.K[0]"),
-        ({"methods__opamp__K": [-1]}, "config.methods.opamp.K[0]"),
-        ({"methods__opamp__evrey": 2}, "'evrey'"),
+        ({"studies__opamp__methods__lora2": {}}, "config.studies.opamp.methods"),
+        ({"studies__opamp__methods__opamp__K": [0, 5]}, "config.studies.opamp.methods.opamp.K[0]"),
+        ({"studies__opamp__methods__opamp__K": [-1]}, "config.studies.opamp.methods.opamp.K[0]"),
+        ({"studies__opamp__methods__opamp__evrey": 2}, "'evrey'"),
         (
-            {"benchmarks__coqa_like__noise_ratios": [0.0, 1.0]},
-            "config.benchmarks.coqa_like.noise_ratios[1]",
+            {"studies__opamp__benchmarks__coqa_like__noise_ratios": [0.0, 1.0]},
+            "config.studies.opamp.benchmarks.coqa_like.noise_ratios[1]",
         ),
-        ({"benchmarks__coqa_like__noise_ratios": [-0.2]}, "noise_ratios[0]"),
+        ({"studies__opamp__benchmarks__coqa_like__noise_ratios": [-0.2]}, "noise_ratios[0]"),
         ({"presets__tiny__finetune__lr": "fast"}, "config.presets.tiny.finetune.lr"),
         ({"preset": "huge"}, "config.preset"),
-        ({"attention__benchmark": "nope"}, "config.attention.benchmark"),
+        (
+            {"studies__opamp__attention__benchmark": "nope"},
+            "config.studies.opamp.attention.benchmark: 'nope' is not one of the study's",
+        ),
+        (
+            {"studies__opamp__benchmarks__coqa_like__noise_ratios": [0.0, 0.1234567]},
+            "config.studies.opamp: noise ratio 0.1234567 does not survive a split's name",
+        ),
         ({"seeds": KeyError}, "'seeds' is a required property"),
         ({"presets__tiny__resources__finetune__cpus": 0}, "resources.finetune.cpus"),
         ({"presets__tiny__resources__evaluate__gpu": 1}, "('gpu' was unexpected)"),
@@ -64,16 +97,16 @@ def test_preset_values_override_the_grid():
         ({"cluster__partiton": "gpu"}, "('partiton' was unexpected)"),
         ({"cluster__gpu_model": "'a100'"}, "config.cluster.gpu_model"),
         (
-            {"preset": "paper", "presets__paper__benchmarks__coqa__source": "chatragg"},
-            "config.benchmarks.coqa.source: no dataset builder 'chatragg'",
+            {"preset": "paper", "presets__paper__studies__opamp__benchmarks__coqa__source": "x"},
+            "config.studies.opamp.benchmarks.coqa.source: no dataset builder 'x'",
         ),
         (
             {"preset": "paper", "presets__paper__data__train__ncfft": {}},
             "config.presets.paper.data.train.ncfft: no dataset builder",
         ),
         (
-            {"preset": "paper", "presets__paper__benchmarks__coqa__metric": "f1"},
-            "config.presets.paper.benchmarks.coqa.metric",
+            {"preset": "paper", "presets__paper__studies__opamp__benchmarks__coqa__metric": "f1"},
+            "config.presets.paper.studies.opamp.benchmarks.coqa.metric",
         ),
         ({"presets__paper__data__n_eval": 0}, "config.presets.paper.data.n_eval"),
         ({"presets__tiny__base_model__source": "meta-llama/Llama-3.1-8B"}, "data.train"),
@@ -87,58 +120,82 @@ def test_preset_values_override_the_grid():
             "config.presets.paper.base_model.chat_format",
         ),
         (
-            {"rectification__benchmarks__coqa_like": {"family": "single", "metric": "contains"}},
-            "config.rectification.benchmarks.coqa_like: the name is already an OpAmp benchmark",
+            {
+                "studies__rectification__benchmarks__coqa_like": {
+                    "family": "single",
+                    "metric": "contains",
+                }
+            },
+            "config.studies.rectification.benchmarks.coqa_like: the name is already a benchmark "
+            "of the opamp study",
         ),
         (
-            {"rectification__methods__rectify__g": "relu"},
-            "config.rectification.methods.rectify: g: unknown variant 'relu'",
+            {"studies__rectification__methods__rectify__g": "relu"},
+            "config.studies.rectification.methods.rectify: g: unknown variant 'relu'",
         ),
         (
-            {"rectification__methods__rectify_g__placements": ["sideways"]},
-            "config.rectification.methods",
+            {"studies__rectification__methods__rectify_g__placements": ["sideways"]},
+            "config.studies.rectification.methods",
         ),
         (
-            {"preset": "paper", "presets__paper__rectification__train__dpr_nqq": {}},
-            "config.rectification.train.dpr_nqq: no dataset builder 'dpr_nqq'",
+            {"preset": "paper", "presets__paper__studies__rectification__train__dpr_nqq": {}},
+            "config.studies.rectification.train.dpr_nqq: no dataset builder 'dpr_nqq'",
         ),
         (
-            {"mudaf__benchmarks__nq_like": {"family": "single", "metric": "pm"}},
-            "config.mudaf.benchmarks.nq_like: the name is already a rectification one",
+            {"studies__mudaf__benchmarks__nq_like": {"family": "single", "metric": "pm"}},
+            "config.studies.mudaf.benchmarks.nq_like: the name is already a benchmark of the "
+            "rectification study",
         ),
         (
-            {"mudaf__retrieval_heads__benchmark": "nq_like"},
-            "config.mudaf.retrieval_heads.benchmark: 'nq_like' is not one of the study's",
-        ),
-        ({"mudaf__methods__mudaf__selection": "best"}, "config.mudaf.methods.mudaf: selection"),
-        ({"mudaf__masking__k": [0]}, "config.mudaf.masking.k[0]"),
-        ({"mudaf__distractors": KeyError}, "config.mudaf.distractors: the synthetic world"),
-        (
-            {"preset": "paper", "presets__paper__mudaf__train__mudaf_hotpot": {}},
-            "config.mudaf.train.mudaf_hotpot: no dataset builder 'mudaf_hotpot'",
+            {"studies__mudaf__retrieval_heads__benchmark": "nq_like"},
+            "config.studies.mudaf.retrieval_heads.benchmark: 'nq_like' is not one of the study's",
         ),
         (
-            {"lkg__benchmarks__mdqa_like": {"family": "multihop", "metric": "em"}},
-            "config.lkg.benchmarks.mdqa_like: the name is already a mudaf one",
+            {"studies__mudaf__methods__mudaf__selection": "best"},
+            "config.studies.mudaf.methods.mudaf: selection",
+        ),
+        ({"studies__mudaf__masking__k": [0]}, "config.studies.mudaf.masking.k[0]"),
+        (
+            {"studies__mudaf__distractors": KeyError},
+            "config.studies.mudaf.distractors: the synthetic world",
         ),
         (
-            {"lkg__head_patterns__benchmark": "nq_like"},
-            "config.lkg.head_patterns.benchmark: 'nq_like' is not one of the study's",
+            {"preset": "paper", "presets__paper__studies__mudaf__train__mudaf_hotpot": {}},
+            "config.studies.mudaf.train.mudaf_hotpot: no dataset builder 'mudaf_hotpot'",
         ),
         (
-            {"lkg__robustness__models": ["lkg", "lora"]},
-            "config.lkg.robustness.models: 'lora' is not an entry of config.lkg.methods",
+            {"studies__lkg__benchmarks__mdqa_like": {"family": "multihop", "metric": "em"}},
+            "config.studies.lkg.benchmarks.mdqa_like: the name is already a benchmark of the "
+            "mudaf study",
         ),
-        ({"lkg__robustness__irrelevant__shares": [1.5]}, "config.lkg.robustness.irrelevant"),
-        ({"lkg__methods__lkg": {"beta": 2}}, "config.lkg.methods.lkg: beta"),
-        ({"lkg__methods__lkg": {"estimator": "bert"}}, "config.lkg.methods.lkg: estimator"),
+        (
+            {"studies__lkg__head_patterns__benchmark": "nq_like"},
+            "config.studies.lkg.head_patterns.benchmark: 'nq_like' is not one of the study's",
+        ),
+        (
+            {"studies__lkg__robustness__models": ["lkg", "lora"]},
+            "config.studies.lkg.robustness.models: 'lora' is not an entry of "
+            "config.studies.lkg.methods",
+        ),
+        (
+            {"studies__lkg__robustness__irrelevant__shares": [1.5]},
+            "config.studies.lkg.robustness.irrelevant",
+        ),
+        ({"studies__lkg__methods__lkg": {"beta": 2}}, "config.studies.lkg.methods.lkg: beta"),
+        (
+            {"studies__lkg__methods__lkg": {"estimator": "bert"}},
+            "config.studies.lkg.methods.lkg: estimator",
+        ),
         (
             {
                 "preset": "paper",
-                "presets__paper__lkg__robustness__benchmark": "dpr",
-                "presets__paper__lkg__benchmarks__dpr": {"source": "dpr_nq", "metric": "em"},
+                "presets__paper__studies__lkg__robustness__benchmark": "dpr",
+                "presets__paper__studies__lkg__benchmarks__dpr": {
+                    "source": "dpr_nq",
+                    "metric": "em",
+                },
             },
-            "config.lkg.robustness.benchmark: 'dpr' reads 'dpr_nq'",
+            "config.studies.lkg.robustness.benchmark: 'dpr' reads 'dpr_nq'",
         ),
     ],
 )
@@ -163,10 +220,13 @@ def test_method_code_hash_differs_per_method_and_from_shared_code():
     "changes,key",
     [
         ({"seeds": ["0", "1"]}, "is not of type 'integer'"),
-        ({"attention__noise_ratio": "0.8"}, "config.attention.noise_ratio"),
-        ({"methods__opamp__K": ["5"]}, "config.methods.opamp.K[0]"),  # a oneOf (number or inf)
+        ({"studies__opamp__attention__noise_ratio": "0.8"}, "config.studies.opamp.attention"),
+        (  # a oneOf (number or inf)
+            {"studies__opamp__methods__opamp__K": ["5"]},
+            "config.studies.opamp.methods.opamp.K[0]",
+        ),
         ({"presets__smoke__finetune__lr": "1e-4"}, "config.presets.smoke.finetune.lr"),
-        ({"rectification": "null"}, "config.rectification"),
+        ({"studies__rectification": "null"}, "config.studies.rectification"),
     ],
 )
 def test_a_string_that_reads_as_the_wanted_type_hints_at_command_line_config(changes, key):
@@ -180,9 +240,9 @@ def test_a_string_that_reads_as_the_wanted_type_hints_at_command_line_config(cha
 @pytest.mark.parametrize(
     "changes",
     [
-        {"attention__noise_ratio": "high"},  # a word: a plain mistake
-        {"attention__noise_ratio": "1.5"},  # a number, but out of range all the same
-        {"attention__benchmark": 3},  # not a string at all
+        {"studies__opamp__attention__noise_ratio": "high"},  # a word: a plain mistake
+        {"studies__opamp__attention__noise_ratio": "1.5"},  # a number, but out of range
+        {"studies__opamp__attention__benchmark": 3},  # not a string at all
     ],
 )
 def test_no_command_line_hint_when_the_typed_value_would_fail_too(changes):
@@ -213,7 +273,8 @@ def test_missing_or_non_mapping_config_file_is_a_config_error_naming_it(tmp_path
 
 def test_later_config_files_and_the_preset_override_like_snakemake(tmp_path):
     override = tmp_path / "override.yaml"
-    override.write_text("preset: paper\nattention: {noise_ratio: 0.8}\n")
+    override.write_text("preset: paper\nstudies: {opamp: {attention: {noise_ratio: 0.8}}}\n")
     raw = read_configs([ROOT / "config.yaml", override], preset="smoke")
     assert raw["preset"] == "smoke"  # --preset last, as --config preset=NAME
-    assert raw["attention"] == {**RAW["attention"], "noise_ratio": 0.8}  # nested keys merge
+    attention = raw["studies"]["opamp"]["attention"]  # nested keys merge
+    assert attention == {**RAW["studies"]["opamp"]["attention"], "noise_ratio": 0.8}

@@ -9,6 +9,8 @@ killed for memory comes back with more.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from zoomattn.placement import plan
 
 SITE_DEFAULTS = {"account": None, "partition": None, "gpu_partition": None, "gpu_model": None}
@@ -49,3 +51,17 @@ def with_defaults(cfg: dict) -> dict:
     cfg["cluster"] = {**SITE_DEFAULTS, **(cfg.get("cluster") or {})}
     cfg["resources"] = {k: {**KIND_DEFAULTS, **v} for k, v in cfg["resources"].items()}
     return cfg
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """What every rule of one kind asks for: its rules' ``threads``, ``resources`` and
+    ``retries``."""
+
+    threads: int
+    resources: dict
+    retries: int
+
+    @classmethod
+    def of(cls, cfg: dict, kind: str) -> JobKind:
+        return cls(threads(cfg, kind), rule_resources(cfg, kind), retries(cfg, kind))

@@ -2,7 +2,8 @@
 
 ``load_config`` validates config.yaml against ``workflow/schemas/config.schema.yaml`` (closed
 objects, so a typo'd key fails), merges the chosen preset over the grid, checks what a schema
-cannot, and returns the effective config. Every error names the offending key.
+cannot (zoomattn/config_checks.py), and returns the effective config. Every error names the
+offending key.
 """
 
 from __future__ import annotations
@@ -16,16 +17,11 @@ import jsonschema
 import yaml
 
 from zoomattn.cluster import with_defaults
-from zoomattn.grid import LEADERBOARD, LKG, MUDAF, RECT, STUDIES, placements, study_entries
-from zoomattn.methods import METHODS, cells, method_of
+from zoomattn.config_checks import ConfigError, check_config, check_shape
+from zoomattn.methods import METHODS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
-GRID_KEYS = ("seeds", "methods", "benchmarks")
-
-
-class ConfigError(ValueError):
-    pass
 
 
 def _key_path(path) -> str:
@@ -89,197 +85,20 @@ def _typed_readings(text: str) -> list:
 
 def load_config(raw: dict, schema_path: Path = SCHEMA) -> dict:
     """Validated, preset-merged effective config (the input dict is not modified)."""
+    check_shape(raw)
     validate_schema(raw, schema_path)
     preset = raw["preset"]
     if preset not in raw["presets"]:
         raise ConfigError(f"config.preset: no preset named {preset!r} under config.presets")
+    over = copy.deepcopy(raw["presets"][preset])
     cfg = {k: copy.deepcopy(v) for k, v in raw.items() if k != "presets"}
-    cfg.update(copy.deepcopy(raw["presets"][preset]))  # a preset's grid keys replace the default's
-    if cfg["attention"]["benchmark"] not in cfg["benchmarks"]:
-        raise ConfigError(
-            f"config.attention.benchmark: {cfg['attention']['benchmark']!r} is not a "
-            f"configured benchmark ({', '.join(cfg['benchmarks'])})"
-        )
-    _check_scale(cfg, f"config.presets.{preset}")
-    _check_methods(cfg["methods"], "config.methods")
-    for study in STUDIES:
-        if cfg.get(study):
-            _check_study(cfg, study)
+    # a preset's study block replaces the grid's block of that study whole; its other keys
+    # replace the grid's keys of the same name
+    cfg["studies"].update(over.pop("studies", {}))
+    cfg.update(over)
+    check_config(cfg, f"config.presets.{preset}")
     cfg["out"] = str(Path(cfg["results"]) / preset)
     return with_defaults(cfg)
-
-
-def _check_methods(methods: dict, where: str) -> None:
-    for name, values in methods.items():
-        method = method_of(name, values)
-        if method not in METHODS:
-            raise ConfigError(f"{where}.{name}: no method {method!r} (known: {', '.join(METHODS)})")
-        try:
-            for _, cell_values in cells({name: values}).values():
-                METHODS[method].make_config(cell_values)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{where}.{name}: {exc}") from exc
-
-
-def _check_study(cfg: dict, study: str) -> None:
-    """A side study's benchmarks have names of their own and match the scale of the base model."""
-    block = cfg[study]
-    where = f"config.{study}"
-    entries = study_entries(cfg, study)
-    _check_methods({e: values for e, (values, *_) in entries.items()}, f"{where}.methods")
-    for entry, (_, entry_placements, _) in entries.items():
-        if not set(entry_placements) <= set(placements(block)):
-            raise ConfigError(
-                f"{where}.methods.{entry}.placements: {entry_placements} is not a subset of the "
-                f"study's placements {placements(block)}"
-            )
-    taken = dict.fromkeys(cfg["benchmarks"], "an OpAmp benchmark")
-    for other in STUDIES[: STUDIES.index(study)]:
-        taken.update(dict.fromkeys((cfg.get(other) or {}).get("benchmarks", {}), f"a {other} one"))
-    for name, spec in block["benchmarks"].items():
-        if name in taken:
-            raise ConfigError(
-                f"{where}.benchmarks.{name}: the name is already {taken[name]}; "
-                "each benchmark name names one eval set"
-            )
-        if ("source" in spec) == is_synthetic(cfg):
-            need = "a hub or local base model" if "source" in spec else "base_model.source pretrain"
-            raise ConfigError(f"{where}.benchmarks.{name}: this kind of benchmark needs {need}")
-    if ("n_train" in block["train"]) != is_synthetic(cfg):
-        raise ConfigError(
-            f"{where}.train: a pretrained-here base trains on n_train/mix (the synthetic world), "
-            "a hub base on dataset builders"
-        )
-    if is_synthetic(cfg) and "distractors" not in block and study != LEADERBOARD:
-        raise ConfigError(
-            f"{where}.distractors: the synthetic world's sets need a number of hard distractors"
-        )
-    if "base_model" in block and is_synthetic(cfg):
-        raise ConfigError(f"{where}.base_model: only hub or local base models differ per study")
-    if not is_synthetic(cfg):
-        named = [(f"benchmarks.{b}.source", s["source"]) for b, s in block["benchmarks"].items()]
-        named += [(f"train.{b}", b) for b in block["train"]]
-        _check_builders([(f"{study}.{key}", name) for key, name in named])
-    for key in ("retrieval_heads", "head_patterns", "robustness"):  # masking uses retrieval_heads'
-        benchmark = (block.get(key) or {}).get("benchmark")
-        if benchmark is not None and benchmark not in block["benchmarks"]:
-            raise ConfigError(
-                f"{where}.{key}.benchmark: {benchmark!r} is not one of the study's "
-                f"benchmarks ({', '.join(block['benchmarks'])})"
-            )
-    if study == LKG and block.get("robustness"):
-        _check_robustness(cfg, block, entries, where)
-    if study == LEADERBOARD:
-        _check_leaderboard(cfg, entries, where)
-
-
-def _check_leaderboard(cfg: dict, entries: dict, where: str) -> None:
-    """A leaderboard entry reuses the analyses of its method's own study: MuDAF's heads come from
-    the MuDAF study's retrieval-head scores of the base, LKG-RALM's fused heads from the LKG-RALM
-    study's head patterns, ξ auto from the rectification study's score margin."""
-    if cfg[LEADERBOARD]["baseline"] not in entries:
-        raise ConfigError(
-            f"{where}.baseline: {cfg[LEADERBOARD]['baseline']!r} is not an entry of "
-            f"{where}.methods ({', '.join(entries)})"
-        )
-    needs = {"mudaf": MUDAF, "lkg": LKG}
-    for entry, (values, _, finetune) in entries.items():
-        if set(finetune) - {"lr"}:
-            raise ConfigError(
-                f"{where}.methods.{entry}.finetune: only lr may differ per entry; the budget "
-                f"({', '.join(sorted(set(finetune) - {'lr'}))}) is the study's, one for all"
-            )
-        runs = cells({entry: values})
-        if len(runs) > 1:
-            raise ConfigError(
-                f"{where}.methods.{entry}: a leaderboard entry is one setting, not a sweep "
-                f"({len(runs)} cells)"
-            )
-        for run, (method, cell_values) in runs.items():
-            study = needs.get(method)
-            if method == "mudaf" and not cell_values.get("heads"):
-                study = None  # Vanilla SFT: no heads to select
-            if cell_values.get("xi") == "auto":
-                study = RECT
-            if study and not cfg.get(study):
-                raise ConfigError(
-                    f"{where}.methods.{entry}: {run} needs the {study} study in the grid "
-                    f"(config.{study} is null)"
-                )
-
-
-def _check_robustness(cfg: dict, block: dict, entries: dict, where: str) -> None:
-    rob = block["robustness"]
-    unknown = [m for m in rob["models"] if m not in entries]
-    if unknown:
-        raise ConfigError(
-            f"{where}.robustness.models: {unknown[0]!r} is not an entry of {where}.methods "
-            f"({', '.join(entries)})"
-        )
-    spec = block["benchmarks"][rob["benchmark"]]
-    if not is_synthetic(cfg) and not spec["source"].startswith("lkg_"):
-        raise ConfigError(
-            f"{where}.robustness.benchmark: {rob['benchmark']!r} reads {spec['source']!r}; the "
-            "passage-count and irrelevant-share sets need an lkg_* builder (retrieved passages)"
-        )
-    if not rob.get("passages") and not (rob.get("irrelevant") or {}).get("shares"):
-        raise ConfigError(f"{where}.robustness: give passages, irrelevant.shares or both")
-
-
-def _check_builders(named: list[tuple[str, str]]) -> None:
-    """Each (config key, builder name) names a registered dataset builder."""
-    from zoomattn.data.sources import BUILDERS
-
-    for key, name in named:
-        if name not in BUILDERS:
-            raise ConfigError(
-                f"config.{key}: no dataset builder {name!r} (known: {', '.join(sorted(BUILDERS))})"
-            )
-
-
-ARCHITECTURE_KEYS = ("hidden", "layers", "heads", "kv_heads", "intermediate", "max_positions")
-
-
-def is_synthetic(cfg: dict) -> bool:
-    """The tiny/smoke scale: a world, a tokenizer and a base model the workflow makes itself."""
-    return cfg["base_model"]["source"] == "pretrain"
-
-
-def _check_scale(cfg: dict, where: str) -> None:
-    """A pretrained-here base reads the synthetic world; a hub base reads real datasets."""
-    m = cfg["base_model"]
-    if is_synthetic(cfg):
-        missing = [k for k in ARCHITECTURE_KEYS if k not in m]
-        if missing:
-            raise ConfigError(f"{where}.base_model: source pretrain needs {', '.join(missing)}")
-        if "pretrain" not in cfg:
-            raise ConfigError(f"{where}: base_model.source is pretrain but there is no pretrain:")
-        if "train" in cfg["data"]:
-            raise ConfigError(f"{where}.data.train: real datasets need a hub or local base model")
-        real = [b for b, spec in cfg["benchmarks"].items() if "source" in spec]
-        if real:
-            raise ConfigError(
-                f"config.benchmarks.{real[0]}: a real dataset needs a hub or local base model "
-                "(base_model.source is pretrain)"
-            )
-    else:
-        if "train" not in cfg["data"]:
-            raise ConfigError(f"{where}.data: a hub base model trains on real datasets: data.train")
-        synthetic = [b for b, spec in cfg["benchmarks"].items() if "family" in spec]
-        if synthetic:
-            raise ConfigError(
-                f"config.benchmarks.{synthetic[0]}: a synthetic family needs base_model.source "
-                "pretrain (the world's tokenizer)"
-            )
-        named = [(f"benchmarks.{b}.source", s["source"]) for b, s in cfg["benchmarks"].items()]
-        named += [(f"{where[len('config.') :]}.data.train.{b}", b) for b in cfg["data"]["train"]]
-        _check_builders(named)
-    if {"heads", "kv_heads", "hidden"} <= set(m) and (
-        m["heads"] % m["kv_heads"] or m["hidden"] % m["heads"]
-    ):
-        raise ConfigError(
-            f"{where}.base_model: heads must divide hidden and kv_heads must divide heads"
-        )
 
 
 def read_yaml(path: str | Path) -> dict:

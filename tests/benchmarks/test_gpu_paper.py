@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from zoomattn.config import ROOT, load_config
-from zoomattn.grid import LEADERBOARD, studies, study_entries
+from zoomattn.grid import Grid
 from zoomattn.methods import cells
 
 SCRIPT = ROOT / "benchmarks" / "gpu_paper.py"
@@ -21,11 +21,11 @@ VARIANTS = {"sdpa", "opamp", "rectified", "lkg_fusion"}
 def paper_methods() -> set[tuple[str, str]]:
     """(study, method) of every cell of the paper preset, and QLoRA in every study."""
     cfg = load_config({**yaml.safe_load((ROOT / "config.yaml").read_text()), "preset": "paper"})
-    out = {("opamp", m) for m, _ in cells(cfg["methods"]).values()}
-    for study in studies(cfg):
-        if study != LEADERBOARD:
-            entries = {e: v for e, (v, _, _) in study_entries(cfg, study).items()}
-            out |= {(study, m) for m, _ in cells(entries).values()} | {(study, "qlora")}
+    out = set()
+    for study in Grid(cfg):
+        if not study.kind.cross:
+            entries = {e: entry.values for e, entry in study.entries.items()}
+            out |= {(study.name, m) for m, _ in cells(entries).values()} | {(study.name, "qlora")}
     return out
 
 

@@ -13,20 +13,22 @@ from zoomattn.data.build import (
     load_split,
 )
 from zoomattn.io import read_json
+from zoomattn.specs import Specs
 
 
-def _smoke_cfg():
+def _smoke_specs():
     raw = yaml.safe_load((ROOT / "config.yaml").read_text())
     raw["preset"] = "smoke"
-    return load_config(raw)
+    return Specs(load_config(raw))
 
 
 def test_data_stages_write_manifests_and_are_reproducible(tmp_path):
-    cfg = _smoke_cfg()
-    build_world(cfg, tmp_path / "world")
+    specs = _smoke_specs()
+    build_world(specs.world(), tmp_path / "world")
     for run in ("a", "b"):
-        build_train(cfg, tmp_path / "world", tmp_path / run / "train")
-        build_eval(cfg, tmp_path / "world", "coqa_like", 0.9, tmp_path / run / "eval")
+        build_train(specs.train_data("train"), tmp_path / "world", tmp_path / run / "train")
+        spec = specs.eval_data("coqa_like", "r0.9")
+        build_eval(spec, tmp_path / "world", "coqa_like", 0.9, tmp_path / run / "eval")
     for split in ("train", "eval"):
         a, b = (
             read_json(tmp_path / "a" / split / "manifest.json"),
@@ -34,28 +36,31 @@ def test_data_stages_write_manifests_and_are_reproducible(tmp_path):
         )
         assert a == b and a["examples"] > 0 and len(a["sha256"]) == 64
     recs = load_split(tmp_path / "a" / "eval")
-    assert len(recs) == cfg["data"]["n_eval"] and all(len(r["documents"]) == 10 for r in recs)
+    assert len(recs) == specs.cfg["data"]["n_eval"] and all(len(r["documents"]) == 10 for r in recs)
     tok = AutoTokenizer.from_pretrained(tmp_path / "world" / "tokenizer")
     assert tok.decode(tok("the city of x is new york .")["input_ids"]).endswith("new york .")
 
 
 def test_eval_sets_do_not_depend_on_the_other_benchmarks(tmp_path):
-    cfg = _smoke_cfg()
-    build_world(cfg, tmp_path / "world")
-    build_eval(cfg, tmp_path / "world", "coqa_like", 0.0, tmp_path / "x")
-    del cfg["benchmarks"]["faitheval_like"]
-    build_eval(cfg, tmp_path / "world", "coqa_like", 0.0, tmp_path / "y")
+    specs = _smoke_specs()
+    build_world(specs.world(), tmp_path / "world")
+    spec = specs.eval_data("coqa_like", "r0")
+    every = {**spec, "benchmarks": specs.cfg["studies"]["opamp"]["benchmarks"]}
+    assert len(every["benchmarks"]) > len(spec["benchmarks"])
+    build_eval(every, tmp_path / "world", "coqa_like", 0.0, tmp_path / "x")
+    build_eval(spec, tmp_path / "world", "coqa_like", 0.0, tmp_path / "y")
     assert (tmp_path / "x" / "records.jsonl").read_bytes() == (
         tmp_path / "y" / "records.jsonl"
     ).read_bytes()
 
 
 def test_a_failed_build_leaves_no_partial_output(tmp_path):
-    cfg = _smoke_cfg()
-    cfg["data"]["train_mix"] = {"bogus": 1.0}
-    build_world(cfg, tmp_path / "world")
+    specs = _smoke_specs()
+    spec = specs.train_data("train")
+    spec["data"] = {**spec["data"], "train_mix": {"bogus": 1.0}}
+    build_world(specs.world(), tmp_path / "world")
     try:
-        build_train(cfg, tmp_path / "world", tmp_path / "train")
+        build_train(spec, tmp_path / "world", tmp_path / "train")
     except ValueError as err:
         assert "data.train_mix" in str(err)
     assert not (tmp_path / "train").exists()

@@ -34,3 +34,9 @@ def test_famous_entities_have_every_attribute_and_are_not_ordinary(world):
 def test_world_round_trips_through_json(world, tmp_path):
     world.save(tmp_path / "w.json")
     assert World.load(tmp_path / "w.json") == world
+
+
+def test_the_real_data_builders_count_noise_documents_with_the_worlds_formula():
+    from zoomattn.data.sources.common import noise_count
+
+    assert noise_count is noise_doc_count  # one formula: the builders' sets match the world's

@@ -33,16 +33,29 @@ def test_malformed_config_yaml_names_its_line_and_column(tmp_path):
     ) in err
 
 
+ATTENTION = "studies={opamp: {attention: {noise_ratio: %s}}}"
+
+
 def test_nested_command_line_config_of_numbers_hints_at_a_configfile(copy):
-    err = _fails(copy, "--config", "preset=smoke", "attention={noise_ratio: 0.8}")
-    assert "config.attention.noise_ratio: '0.8' is not of type 'number'" in err
+    err = _fails(copy, "--config", "preset=smoke", ATTENTION % "0.8")
+    assert "config.studies.opamp.attention.noise_ratio: '0.8' is not of type 'number'" in err
     assert COMMAND_LINE_STRINGS in err
 
 
 def test_nested_command_line_config_of_a_wrong_word_gets_no_hint(copy):
-    err = _fails(copy, "--config", "preset=smoke", "attention={noise_ratio: high}")
-    assert "config.attention.noise_ratio: 'high' is not of type 'number'" in err
+    err = _fails(copy, "--config", "preset=smoke", ATTENTION % "high")
+    assert "config.studies.opamp.attention.noise_ratio: 'high' is not of type 'number'" in err
     assert COMMAND_LINE_STRINGS not in err
+
+
+def test_an_old_shape_config_file_says_where_its_study_settings_move(copy, tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text("presets:\n  smoke:\n    rectification: null\n")
+    err = _fails(copy, "--configfile", "config.yaml", str(old), "--config", "preset=smoke")
+    assert (
+        "zoomattn: invalid configuration: config.presets.smoke.rectification: study settings now "
+        "live under `studies:` — move `rectification:` to `presets.smoke.studies.rectification:`"
+    ) in err
 
 
 UPSTREAM = (

@@ -35,17 +35,18 @@ def dry_run_jobs(workdir, preset):
 def test_dry_run_lists_every_job_with_gpus_for_training_and_evaluation(tmp_path, preset):
     wd = copy_workflow(tmp_path / "wf")
     cfg = yaml.safe_load((wd / "config.yaml").read_text())["presets"][preset]
+    studies = cfg["studies"]
     jobs = dry_run_jobs(wd, preset)
-    n_cells = sum(len(b["noise_ratios"]) for b in cfg["benchmarks"].values())
-    n_runs = 1 + len(cfg["methods"]["opamp"]["K"])
-    rect = cfg.get("rectification")
+    n_cells = sum(len(b["noise_ratios"]) for b in studies["opamp"]["benchmarks"].values())
+    n_runs = 1 + len(studies["opamp"]["methods"]["opamp"]["K"])
+    rect = studies.get("rectification")
     n_rect = 0
     if rect:  # paper: LoRA, 5 ξ and 3 g variants, each trained and tested at both placements
         n_rect = (1 + len(rect["methods"]["rectify"]["xi"]) + 3) * 2
         assert len(jobs["base_model"]) == 2  # the OpAmp base and the rectification Instruct model
-    lkg = cfg.get("lkg")
+    lkg = studies.get("lkg")
     n_lkg = len(lkg["methods"]) if lkg else 0  # paper: LoRA, the full method, four ablations
-    mudaf = cfg.get("mudaf")
+    mudaf = studies.get("mudaf")
     n_mudaf = 0
     if mudaf:  # paper: n = 0 (SFT) and 6 head counts, and MuDAF-weak; the preset's base
         n_mudaf = len(mudaf["methods"]["mudaf"]["heads"]) + 1
@@ -63,7 +64,7 @@ def test_dry_run_lists_every_job_with_gpus_for_training_and_evaluation(tmp_path,
         len(mudaf["benchmarks"]) if mudaf else 0
     )
     n_study_sets += len(lkg["benchmarks"]) + n_robust if lkg else 0
-    assert len(jobs.get("study_eval_data", [])) == n_study_sets == (16 + 5 + 17 if rect else 0)
+    assert n_study_sets == (16 + 5 + 17 if rect else 0)
     assert len(jobs["finetune"]) == n_runs + n_rect + n_mudaf + n_lkg
     n_rect_evals = (n_rect + 2) * len(rect["benchmarks"]) if rect else 0
     n_mudaf_evals = (n_mudaf + 1) * len(mudaf["benchmarks"]) if mudaf else 0
@@ -71,7 +72,7 @@ def test_dry_run_lists_every_job_with_gpus_for_training_and_evaluation(tmp_path,
     assert len(jobs["evaluate"]) == (
         (1 + n_runs) * n_cells + n_rect_evals + n_mudaf_evals + n_lkg_evals
     )
-    assert len(jobs["eval_data"]) == n_cells and "pretrain" not in jobs
+    assert len(jobs["eval_data"]) == n_cells + n_study_sets and "pretrain" not in jobs
     for rule, kind in (
         ("finetune", "finetune"),
         ("evaluate", "evaluate"),
@@ -118,7 +119,7 @@ def small_workflow(root, device: str = "cpu"):
     chatrag = {"subset": "coqa", "path": str(data / "chatrag")}
     raw = yaml.safe_load((wd / "config.yaml").read_text())
     small = raw["presets"]["small"]
-    small.update(
+    small["studies"]["opamp"] = dict(
         methods={"qlora": {}, "opamp": {"K": [10], "every": 1, "adapter_dim": 8, "dropout": 0.0}},
         benchmarks={
             "coqa": {
@@ -137,6 +138,8 @@ def small_workflow(root, device: str = "cpu"):
             },
         },
         attention={"benchmark": "coqa", "noise_ratio": 0.5},
+    )
+    small.update(
         data={"train": {"chatrag": chatrag}, "n_eval": 12},
         base_model={
             "source": str(model_dir),

@@ -41,10 +41,12 @@ def slurm_run(tmp_path_factory):
                     "cluster": {"partition": PARTITION},
                     "presets": {
                         "smoke": {
-                            "rectification": None,
-                            "mudaf": None,
-                            "lkg": None,
-                            "leaderboard": None,
+                            "studies": {
+                                "rectification": None,
+                                "mudaf": None,
+                                "lkg": None,
+                                "leaderboard": None,
+                            }
                         }
                     },
                 }
@@ -118,8 +120,9 @@ def test_the_slurm_run_produces_the_same_outputs_as_a_local_one(slurm_run):
         assert (report / name).stat().st_size > 0, name
     metrics = list((wd / "results/smoke/eval").rglob("r*.json"))
     cfg = yaml.safe_load((wd / "config.yaml").read_text())["presets"]["smoke"]
-    n_models = 2 + len(cfg["methods"]["opamp"]["K"])
-    n_cells = sum(len(b["noise_ratios"]) for b in cfg["benchmarks"].values())
+    opamp = cfg["studies"]["opamp"]
+    n_models = 2 + len(opamp["methods"]["opamp"]["K"])
+    n_cells = sum(len(b["noise_ratios"]) for b in opamp["benchmarks"].values())
     assert len(metrics) == n_models * n_cells
     assert all(json.loads(m.read_text())["n"] == cfg["data"]["n_eval"] for m in metrics)
     assert not list((wd / "results/smoke").rglob("*.partial"))

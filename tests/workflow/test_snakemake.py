@@ -41,9 +41,10 @@ def test_smoke_grid_produces_every_table_figure_and_prediction(workdir):
     ):
         assert (report / name).stat().st_size > 0, name
     cfg = yaml.safe_load((workdir / "config.yaml").read_text())["presets"]["smoke"]
-    models = ["base", "qlora_s0"] + [f"opamp-K{k}_s0" for k in cfg["methods"]["opamp"]["K"]]
+    opamp = cfg["studies"]["opamp"]
+    models = ["base", "qlora_s0"] + [f"opamp-K{k}_s0" for k in opamp["methods"]["opamp"]["K"]]
     for m in models:
-        for b, spec in cfg["benchmarks"].items():
+        for b, spec in opamp["benchmarks"].items():
             for r in spec["noise_ratios"]:
                 metrics = json.loads(
                     (workdir / f"results/smoke/eval/{m}/{b}/r{r:g}.json").read_text()
@@ -80,7 +81,7 @@ def test_a_noop_rerun_schedules_nothing(workdir):
 def test_changing_one_k_reruns_only_that_k_its_evaluations_and_the_report(workdir, tmp_path):
     override = tmp_path / "k.yaml"
     raw = yaml.safe_load((workdir / "config.yaml").read_text())
-    raw["presets"]["smoke"]["methods"]["opamp"]["K"] = [5, "inf"]
+    raw["presets"]["smoke"]["studies"]["opamp"]["methods"]["opamp"]["K"] = [5, "inf"]
     override.write_text(yaml.safe_dump(raw))
     jobs = planned_jobs(workdir, "--configfile", str(override))
     rules = sorted({r for r, _ in jobs})
@@ -104,40 +105,45 @@ def test_editing_one_methods_source_reruns_only_that_methods_jobs(workdir):
 
 def test_changing_the_world_seed_reruns_everything(workdir):
     from zoomattn.config import load_config
-    from zoomattn.grid import evaluations, trained_models
+    from zoomattn.grid import Grid
 
-    cfg = load_config({**yaml.safe_load((workdir / "config.yaml").read_text()), "preset": "smoke"})
+    grid = Grid(
+        load_config({**yaml.safe_load((workdir / "config.yaml").read_text()), "preset": "smoke"})
+    )
     jobs = planned_jobs(workdir, "world_seed=99")
     counts = {r: sum(1 for rr, _ in jobs if rr == r) for r, _ in jobs}
     board = 6 * 2  # the leaderboard: 6 entries x 2 seeds, evaluated at 2 noise ratios
     assert counts["world"] == 1 and counts["pretrain"] == 1
-    assert counts["attention"] == 1 + len(trained_models(cfg))  # every model's golden share
-    assert counts["finetune"] == len(trained_models(cfg)) == 3 + 6 + 3 + 3 + board
+    assert counts["attention"] == 1 + len(grid.models)  # every model's golden share
+    assert counts["finetune"] == len(grid.models) == 3 + 6 + 3 + 3 + board
+    # the shared set and 5 of the studies; 3 shared eval sets, 2 + 1 + 4 of the studies and 2
+    assert counts["train_data"] == 6 and counts["eval_data"] == 3 + 9
     # OpAmp 4 models x 3 splits; rectification 2 + 6; MuDAF 1 + 3; LKG 1 + 3 + 3 robustness sets
     assert (
-        counts["evaluate"] == len(evaluations(cfg)) == 4 * 3 + 2 + 6 + 4 + 4 + 3 + 2 * (1 + board)
+        counts["evaluate"] == len(grid.evaluations) == 4 * 3 + 2 + 6 + 4 + 4 + 3 + 2 * (1 + board)
     )
     assert counts["score_margin"] == 1 and counts["rect_report"] == 1
-    assert counts["retrieval_heads"] == 1 + len(trained_models(cfg))
-    assert counts["head_masking"] == 1 + len(trained_models(cfg)) - board  # the studies' models
+    assert counts["retrieval_heads"] == 1 + len(grid.models)
+    assert counts["head_masking"] == 1 + len(grid.models) - board  # the studies' models
     assert counts["select_heads"] == 2 + 2 and counts["mudaf_report"] == 1
-    assert counts["head_patterns"] == 1 + len(trained_models(cfg)) and counts["lkg_report"] == 1
+    assert counts["head_patterns"] == 1 + len(grid.models) and counts["lkg_report"] == 1
     assert counts["leaderboard_report"] == 1
 
 
 def test_invalid_config_stops_before_any_job_naming_the_key(workdir, tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("methods:\n  opamp:\n    K: [0]\n")
+    bad.write_text("studies:\n  opamp:\n    methods:\n      opamp:\n        K: [0]\n")
     done = snakemake(workdir, "-j", "1", "--configfile", str(bad), check=False)
     assert done.returncode != 0
-    assert "config.methods.opamp.K[0]" in done.stdout + done.stderr
+    assert "config.studies.opamp.methods.opamp.K[0]" in done.stdout + done.stderr
     bad.write_text(
-        "presets:\n  smoke:\n    benchmarks:\n      coqa_like: {family: single, "
-        "metric: em, noise_ratios: [1.0]}\n"
+        "presets:\n  smoke:\n    studies:\n      opamp:\n        benchmarks:\n"
+        "          coqa_like: {family: single, metric: em, noise_ratios: [1.0]}\n"
     )
     done = snakemake(workdir, "-n", *SMOKE, "--configfile", str(bad), check=False)
     assert done.returncode != 0
-    assert "config.presets.smoke.benchmarks.coqa_like.noise_ratios[0]" in done.stdout + done.stderr
+    where = "config.presets.smoke.studies.opamp.benchmarks.coqa_like.noise_ratios[0]"
+    assert where in done.stdout + done.stderr
 
 
 def test_the_warm_worker_ran_jobs_and_stopped_with_the_run(workdir):
@@ -170,11 +176,12 @@ def test_rerunning_a_job_in_fresh_processes_gives_the_worker_made_files_byte_for
 
 
 def test_a_real_benchmark_on_the_synthetic_scale_stops_at_parse_naming_the_key(workdir):
-    bad = {"benchmarks": {"x": {"source": "chatrag", "metric": "em", "noise_ratios": [0.0]}}}
+    real = {"source": "chatrag", "metric": "em", "noise_ratios": [0.0]}
+    bad = {"studies": {"opamp": {"benchmarks": {"x": real}}}}
     (workdir / "bad.yaml").write_text(yaml.safe_dump(bad))
     done = snakemake(workdir, "-n", "--configfile", "config.yaml", "bad.yaml", check=False)
     assert done.returncode != 0
-    assert "config.benchmarks.x: a real dataset needs a hub or local base model" in (
+    assert "config.studies.opamp.benchmarks.x: a real dataset needs a hub or local base model" in (
         done.stdout + done.stderr
     )
 
@@ -210,7 +217,7 @@ def test_rectification_part_writes_its_report_margin_and_answer_gaps(workdir):
 def test_changing_one_xi_reruns_only_that_xis_jobs_and_the_rectification_report(workdir, tmp_path):
     override = tmp_path / "xi.yaml"
     raw = yaml.safe_load((workdir / "config.yaml").read_text())
-    raw["presets"]["smoke"]["rectification"]["methods"]["rectify"]["xi"] = [5]
+    raw["presets"]["smoke"]["studies"]["rectification"]["methods"]["rectify"]["xi"] = [5]
     override.write_text(yaml.safe_dump(raw))
     jobs = planned_jobs(workdir, "--configfile", str(override))
     assert sorted({r for r, _ in jobs}) == sorted(
@@ -313,7 +320,7 @@ def test_lkg_part_classifies_every_models_heads_and_fuses_on_the_bases_middle_he
 def test_changing_one_lkg_ablation_reruns_only_that_models_jobs_and_the_reports(workdir, tmp_path):
     override = tmp_path / "lkg.yaml"
     raw = yaml.safe_load((workdir / "config.yaml").read_text())
-    raw["presets"]["smoke"]["lkg"]["methods"]["lkg_no_lpr"]["alpha_init"] = 0.5
+    raw["presets"]["smoke"]["studies"]["lkg"]["methods"]["lkg_no_lpr"]["alpha_init"] = 0.5
     override.write_text(yaml.safe_dump(raw))
     jobs = planned_jobs(workdir, "--configfile", str(override))
     assert sorted({r for r, _ in jobs}) == sorted([*ANALYSES, "attention", "retrieval_heads"])

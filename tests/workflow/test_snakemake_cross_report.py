@@ -30,7 +30,8 @@ def test_leaderboard_trains_every_entry_per_seed_and_reports_tables_claims_and_d
             assert (report / f"{name}.{ext}").stat().st_size > 0, f"{name}.{ext}"
     for name in ("leaderboard", "diag_golden_share", "diag_answer_gap", "diag_head_patterns"):
         assert (report / f"{name}.png").stat().st_size > 0, name
-    cfg = yaml.safe_load((workdir / "config.yaml").read_text())["presets"]["smoke"]["leaderboard"]
+    smoke = yaml.safe_load((workdir / "config.yaml").read_text())["presets"]["smoke"]
+    cfg = smoke["studies"]["leaderboard"]
     long = {(r["entry"], r["column"]): r for r in _csv(report / "leaderboard_long.csv")}
     for entry in cfg["methods"]:
         for r in cfg["noise_ratios"]:
@@ -137,7 +138,7 @@ def test_mlflow_tags_filter_one_cell_over_its_seeds(workdir):
 def test_changing_one_leaderboard_entry_reruns_only_its_jobs_and_the_reports(workdir, tmp_path):
     override = tmp_path / "board.yaml"
     raw = yaml.safe_load((workdir / "config.yaml").read_text())
-    raw["presets"]["smoke"]["leaderboard"]["methods"]["rectify"]["xi"] = 5
+    raw["presets"]["smoke"]["studies"]["leaderboard"]["methods"]["rectify"]["xi"] = 5
     override.write_text(yaml.safe_dump(raw))
     jobs = planned_jobs(workdir, "--configfile", str(override))
     assert sorted({r for r, _ in jobs}) == sorted(

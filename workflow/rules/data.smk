@@ -4,33 +4,33 @@ if SYNTHETIC:
         output:
             directory(WORLD),
         params:
-            spec=lambda w: as_json(world_spec()),
-        threads: threads(CFG, "data")
+            spec=lambda w: as_json(SPECS.world()),
+        threads: DATA_JOB.threads
         resources:
-            **rule_resources(CFG, "data"),
-        retries: retries(CFG, "data")
+            **DATA_JOB.resources,
+        retries: DATA_JOB.retries
         log:
-            f"{OUT}/logs/data/world.log",
+            log_file("data/world"),
         conda:
             "../../envs/data.yaml"
         shell:
             "python -m zoomattn world --spec {params.spec:q} --out {output} > {log} 2>&1"
 
 
-rule train_data:
+rule train_data:  # the shared training set, or a study's (golden documents + hard distractors)
     input:
         unpack(world_input),
     output:
-        directory(f"{OUT}/data/train"),
+        directory(LAYOUT.data_dir("{train_set}")),
     params:
-        spec=lambda w: as_json(train_data_spec()),
+        spec=lambda w: as_json(SPECS.train_data(w.train_set)),
         world=world_arg,
-    threads: threads(CFG, "data")
+    threads: DATA_JOB.threads
     resources:
-        **rule_resources(CFG, "data"),
-    retries: retries(CFG, "data")
+        **DATA_JOB.resources,
+    retries: DATA_JOB.retries
     log:
-        f"{OUT}/logs/data/train.log",
+        log_file("data/{train_set}"),  # data/train.log, data/train-<study>/<placement>.log
     conda:
         "../../envs/data.yaml"
     shell:
@@ -38,69 +38,22 @@ rule train_data:
         " {params.world} --out {output} > {log} 2>&1"
 
 
-rule eval_data:
-    wildcard_constraints:  # an OpAmp benchmark: a leaderboard set is r<noise> too (study_eval_data)
-        benchmark=_alternatives(CFG["benchmarks"]),
+rule eval_data:  # one split of a benchmark of any study (zoomattn/splits.py)
     input:
         unpack(world_input),
     output:
-        directory(f"{OUT}/data/eval/{{benchmark}}/r{{noise}}"),
+        directory(LAYOUT.split_dir("{benchmark}", "{split}")),
     params:
-        spec=lambda w: as_json(eval_data_spec(w.benchmark, w.noise)),
+        spec=lambda w: as_json(SPECS.eval_data(w.benchmark, w.split)),
         world=world_arg,
-    threads: threads(CFG, "data")
+    threads: DATA_JOB.threads
     resources:
-        **rule_resources(CFG, "data"),
-    retries: retries(CFG, "data")
+        **DATA_JOB.resources,
+    retries: DATA_JOB.retries
     log:
-        f"{OUT}/logs/data/eval_{{benchmark}}_r{{noise}}.log",
+        log_file("data/eval_{benchmark}_{split}"),
     conda:
         "../../envs/data.yaml"
     shell:
         "python -m zoomattn eval-data --spec {params.spec:q}"
         " {params.world} --out {output} > {log} 2>&1"
-
-
-if STUDIES:
-
-    rule study_train_data:  # a side study's training set: golden documents plus hard distractors
-        input:
-            unpack(world_input),
-        output:
-            directory(f"{OUT}/data/train-{{study}}/{{placement}}"),
-        params:
-            spec=lambda w: as_json(study_data_spec(w.study, w.placement)),
-            world=world_arg,
-        threads: threads(CFG, "data")
-        resources:
-            **rule_resources(CFG, "data"),
-        retries: retries(CFG, "data")
-        log:
-            f"{OUT}/logs/data/train-{{study}}_{{placement}}.log",
-        conda:
-            "../../envs/data.yaml"
-        shell:
-            "python -m zoomattn train-data --spec {params.spec:q}"
-            " {params.world} --out {output} > {log} 2>&1"
-
-    rule study_eval_data:
-        input:
-            unpack(world_input),
-        output:
-            directory(f"{OUT}/data/eval/{{sbenchmark}}/{{ssplit}}"),
-        params:
-            spec=lambda w: as_json(
-                study_data_spec(grid.study_of_benchmark(CFG, w.sbenchmark), w.ssplit, w.sbenchmark)
-            ),
-            world=world_arg,
-        threads: threads(CFG, "data")
-        resources:
-            **rule_resources(CFG, "data"),
-        retries: retries(CFG, "data")
-        log:
-            f"{OUT}/logs/data/eval_{{sbenchmark}}_{{ssplit}}.log",
-        conda:
-            "../../envs/data.yaml"
-        shell:
-            "python -m zoomattn eval-data --spec {params.spec:q}"
-            " {params.world} --out {output} > {log} 2>&1"

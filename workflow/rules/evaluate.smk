@@ -1,19 +1,19 @@
 rule evaluate:
     input:
         model=lambda w: model_dir(w.model),
-        base=lambda w: model_dir(model_base(w.model)),
-        split=f"{OUT}/data/eval/{{benchmark}}/{{split}}",
+        base=base_dir,
+        split=LAYOUT.split_dir("{benchmark}", "{split}"),
     output:
-        metrics=f"{OUT}/eval/{{model}}/{{benchmark}}/{{split}}.json",
+        metrics=LAYOUT.eval_file("{model}", "{benchmark}", "{split}"),
         predictions=f"{OUT}/eval/{{model}}/{{benchmark}}/{{split}}.predictions.jsonl",
     params:
-        spec=lambda w: as_json(eval_spec(w.model, w.benchmark, w.split)),
-    threads: threads(CFG, "evaluate")
+        spec=lambda w: as_json(SPECS.evaluate(w.model, w.benchmark, w.split)),
+    threads: EVALUATE_JOB.threads
     resources:
-        **rule_resources(CFG, "evaluate"),
-    retries: retries(CFG, "evaluate")
+        **EVALUATE_JOB.resources,
+    retries: EVALUATE_JOB.retries
     log:
-        f"{OUT}/logs/evaluate/{{model}}_{{benchmark}}_{{split}}.log",
+        log_file("evaluate/{model}_{benchmark}_{split}"),
     conda:
         "../../envs/train.yaml"
     shell:
@@ -25,18 +25,18 @@ rule evaluate:
 rule attention:  # every model of the grid: golden share by position, answer-token gap
     input:
         model=lambda w: model_dir(w.model),
-        base=lambda w: model_dir(model_base(w.model)),
-        split=split_dir(CFG["attention"]["benchmark"], CFG["attention"]["noise_ratio"]),
+        base=base_dir,
+        split=LAYOUT.analysis_split_dir(GRID.analysis("attention"), "attention"),
     output:
-        f"{OUT}/attention/{{model}}.json",
+        LAYOUT.attention_file("{model}"),
     params:
-        spec=lambda w: as_json(attention_spec(w.model)),
-    threads: threads(CFG, "evaluate")
+        spec=lambda w: as_json(SPECS.attention(w.model)),
+    threads: EVALUATE_JOB.threads
     resources:
-        **rule_resources(CFG, "evaluate"),
-    retries: retries(CFG, "evaluate")
+        **EVALUATE_JOB.resources,
+    retries: EVALUATE_JOB.retries
     log:
-        f"{OUT}/logs/attention/{{model}}.log",
+        log_file("attention/{model}"),
     conda:
         "../../envs/train.yaml"
     shell:
@@ -45,22 +45,22 @@ rule attention:  # every model of the grid: golden share by position, answer-tok
         " --out {output} --threads {threads} > {log} 2>&1"
 
 
-if RECT:
+if MARGIN:
 
     rule score_margin:  # Fig. 5 and xi auto: p90 - p10 of the base model's pre-softmax scores
         input:
             model=lambda w: model_dir(w.base),
-            split=lambda w: f"{OUT}/data/eval/{margin_split()[0]}/{margin_split()[1]}",
+            split=LAYOUT.analysis_split_dir(MARGIN, "score_margin"),
         output:
-            f"{OUT}/analysis/score_margin/{{base}}.json",
+            LAYOUT.margin_file("{base}"),
         params:
-            spec=lambda w: as_json(margin_spec(w.base)),
-        threads: threads(CFG, "evaluate")
+            spec=lambda w: as_json(SPECS.score_margin(w.base)),
+        threads: EVALUATE_JOB.threads
         resources:
-            **rule_resources(CFG, "evaluate"),
-        retries: retries(CFG, "evaluate")
+            **EVALUATE_JOB.resources,
+        retries: EVALUATE_JOB.retries
         log:
-            f"{OUT}/logs/analysis/score_margin_{{base}}.log",
+            log_file("analysis/score_margin_{base}"),
         conda:
             "../../envs/train.yaml"
         shell:
@@ -69,23 +69,23 @@ if RECT:
             " --out {output} --threads {threads} > {log} 2>&1"
 
 
-if MUDAF:
+if HEADS:
 
     rule retrieval_heads:  # every head's retrieval score (MuDAF App. A.2), for any model
         input:
             model=lambda w: model_dir(w.model),
-            base=lambda w: model_dir(model_base(w.model)),
-            split=heads_split(),
+            base=base_dir,
+            split=LAYOUT.analysis_split_dir(HEADS, "retrieval_heads"),
         output:
-            heads_file("{model}"),
+            LAYOUT.heads_file("{model}"),
         params:
-            spec=lambda w: as_json(retrieval_heads_spec(w.model)),
-        threads: threads(CFG, "evaluate")
+            spec=lambda w: as_json(SPECS.retrieval_heads(w.model)),
+        threads: EVALUATE_JOB.threads
         resources:
-            **rule_resources(CFG, "evaluate"),
-        retries: retries(CFG, "evaluate")
+            **EVALUATE_JOB.resources,
+        retries: EVALUATE_JOB.retries
         log:
-            f"{OUT}/logs/analysis/retrieval_heads/{{model}}.log",
+            log_file("analysis/retrieval_heads/{model}"),
         conda:
             "../../envs/train.yaml"
         shell:
@@ -93,22 +93,25 @@ if MUDAF:
             " --model-dir {input.model} --base-dir {input.base} --split-dir {input.split}"
             " --out {output} --threads {threads} > {log} 2>&1"
 
+
+if MASKING:
+
     rule head_masking:  # MuDAF Fig. 4: the top-k retrieval heads masked vs k random heads
         input:
             model=lambda w: model_dir(w.model),
-            base=lambda w: model_dir(model_base(w.model)),
-            split=heads_split(),
-            scores=lambda w: heads_file(w.model),
+            base=base_dir,
+            split=LAYOUT.analysis_split_dir(MASKING, "head_masking"),
+            scores=lambda w: LAYOUT.heads_file(w.model),
         output:
-            masking_file("{model}"),
+            LAYOUT.masking_file("{model}"),
         params:
-            spec=lambda w: as_json(masking_spec(w.model)),
-        threads: threads(CFG, "evaluate")
+            spec=lambda w: as_json(SPECS.head_masking(w.model)),
+        threads: EVALUATE_JOB.threads
         resources:
-            **rule_resources(CFG, "evaluate"),
-        retries: retries(CFG, "evaluate")
+            **EVALUATE_JOB.resources,
+        retries: EVALUATE_JOB.retries
         log:
-            f"{OUT}/logs/analysis/head_masking/{{model}}.log",
+            log_file("analysis/head_masking/{model}"),
         conda:
             "../../envs/train.yaml"
         shell:
@@ -117,23 +120,23 @@ if MUDAF:
             " --scores {input.scores} --out {output} --threads {threads} > {log} 2>&1"
 
 
-if LKG:
+if PATTERNS:
 
     rule head_patterns:  # LKG-RALM Fig. 2: every head edge / uniform / middle-focused (App. D)
         input:
             model=lambda w: model_dir(w.model),
-            base=lambda w: model_dir(model_base(w.model)),
-            split=patterns_split(),
+            base=base_dir,
+            split=LAYOUT.analysis_split_dir(PATTERNS, "head_patterns"),
         output:
-            patterns_file("{model}"),
+            LAYOUT.patterns_file("{model}"),
         params:
-            spec=lambda w: as_json(head_patterns_spec(w.model)),
-        threads: threads(CFG, "evaluate")
+            spec=lambda w: as_json(SPECS.head_patterns(w.model)),
+        threads: EVALUATE_JOB.threads
         resources:
-            **rule_resources(CFG, "evaluate"),
-        retries: retries(CFG, "evaluate")
+            **EVALUATE_JOB.resources,
+        retries: EVALUATE_JOB.retries
         log:
-            f"{OUT}/logs/analysis/head_patterns/{{model}}.log",
+            log_file("analysis/head_patterns/{model}"),
         conda:
             "../../envs/train.yaml"
         shell:

@@ -6,15 +6,15 @@ if SYNTHETIC:
         output:
             directory(BASE),
         params:
-            spec=lambda w: as_json(pretrain_spec()),
+            spec=lambda w: as_json(SPECS.pretrain()),
             ckpt=f"{OUT}/checkpoints/base",
         priority: 20  # everything after the data waits for it: start it as soon as the world exists
-        threads: threads(CFG, "pretrain")
+        threads: PRETRAIN_JOB.threads
         resources:
-            **rule_resources(CFG, "pretrain"),
-        retries: retries(CFG, "pretrain")
+            **PRETRAIN_JOB.resources,
+        retries: PRETRAIN_JOB.retries
         log:
-            f"{OUT}/logs/pretrain/base.log",
+            log_file("pretrain/base"),
         conda:
             "../../envs/train.yaml"
         shell:
@@ -25,16 +25,16 @@ else:
 
     rule base_model:  # a hub or local model: resolved, checked against config, recorded
         output:
-            directory(f"{OUT}/models/{{base}}"),
+            directory(model_dir("{base}")),
         params:
-            spec=lambda w: as_json(base_model_spec(w.base)),
+            spec=lambda w: as_json(SPECS.base_model(w.base)),
         priority: 20
-        threads: threads(CFG, "pretrain")
+        threads: PRETRAIN_JOB.threads
         resources:
-            **rule_resources(CFG, "pretrain"),
-        retries: retries(CFG, "pretrain")
+            **PRETRAIN_JOB.resources,
+        retries: PRETRAIN_JOB.retries
         log:
-            f"{OUT}/logs/pretrain/{{base}}.log",
+            log_file("pretrain/{base}"),
         conda:
             "../../envs/train.yaml"
         shell:
@@ -46,20 +46,20 @@ rule finetune:
     input:
         unpack(finetune_input),
     output:
-        directory(f"{OUT}/models/{{trained}}"),
+        directory(model_dir("{trained}")),
     params:
-        spec=lambda w: as_json(finetune_spec(w.trained)),
+        spec=lambda w: as_json(SPECS.finetune(w.trained)),
         ckpt=lambda w: f"{OUT}/checkpoints/{w.trained}",
-        margin=lambda w, input: f"--margin {input.margin}" if "margin" in input.keys() else "",
-        heads=lambda w, input: f"--heads {input.heads}" if "heads" in input.keys() else "",
-        patterns=lambda w, input: f"--patterns {input.patterns}" if "patterns" in input.keys() else "",
+        margin=optional_arg("margin"),
+        heads=optional_arg("heads"),
+        patterns=optional_arg("patterns"),
     priority: 10  # the critical path: start every fine-tune before the short evaluation jobs
-    threads: threads(CFG, "finetune")
+    threads: FINETUNE_JOB.threads
     resources:
-        **rule_resources(CFG, "finetune"),
-    retries: retries(CFG, "finetune")
+        **FINETUNE_JOB.resources,
+    retries: FINETUNE_JOB.retries
     log:
-        f"{OUT}/logs/finetune/{{trained}}.log",
+        log_file("finetune/{trained}"),
     conda:
         "../../envs/train.yaml"
     shell:
@@ -68,20 +68,20 @@ rule finetune:
         " {params.margin} {params.heads} {params.patterns} --threads {threads} > {log} 2>&1"
 
 
-if MUDAF:
+if SELECTION:
 
     rule select_heads:  # MuDAF's target heads, from its base model's retrieval-head scores
         input:
-            scores=heads_file(MUDAF_BASE),
+            scores=LAYOUT.heads_file(SELECTION.base),
         output:
-            selection_file("{trained}"),
+            LAYOUT.selection_file("{trained}"),
         params:
-            spec=lambda w: as_json(selection_spec(w.trained)),
+            spec=lambda w: as_json(SPECS.select_heads(w.trained)),
         threads: 1
         resources:
-            **rule_resources(CFG, "data"),
+            **DATA_JOB.resources,
         log:
-            f"{OUT}/logs/select_heads/{{trained}}.log",
+            log_file("select_heads/{trained}"),
         conda:
             "../../envs/train.yaml"
         shell:

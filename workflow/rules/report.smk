@@ -1,16 +1,20 @@
+# One report per study, from the files its Study names by kind (LAYOUT.report_inputs): evals,
+# attention, base_metrics, margin, heads, masking, selections, patterns, train_metrics.
+
+
+OPAMP_INPUTS = REPORT_INPUTS["opamp"]
+
+
 rule report:
     input:
-        evals=EVAL_FILES,
-        attention=ATTENTION_FILES,
-        base=BASE,
-        spec=report_spec_file("opamp", {"preset": PRESET, "benchmarks": CFG["benchmarks"],
-                                        "cells": {r: CELLS[r] for r in CELLS},
-                                        "seeds": CFG["seeds"], "attention": CFG["attention"],
-                                        "code": code_hash("report")}),
+        evals=OPAMP_INPUTS["evals"],
+        attention=OPAMP_INPUTS["attention"],
+        base=model_dirs(OPAMP_INPUTS["base_metrics"]),
+        spec=report_spec_file("opamp"),
     output:
-        report_flag(REPORT, "opamp"),
+        report_flag("opamp"),
     log:
-        f"{OUT}/logs/report.log",
+        log_file("report"),
     conda:
         "../../envs/report.yaml"
     shell:
@@ -19,22 +23,18 @@ rule report:
         " --base-metrics {input.base}/metrics.json --out {output} > {log} 2>&1"
 
 
-if RECT:
+if "rectification" in STUDIES:
+    RECTIFICATION_INPUTS = REPORT_INPUTS["rectification"]
 
     rule rect_report:
         input:
-            evals=RECT_EVAL_FILES,
-            margin=margin_file(grid.rect_base(CFG)),
-            spec=report_spec_file("rectification", {
-                "preset": PRESET, "rectification": RECT,
-                "cells": {m: {"run": t.run, "method": t.method, "values": t.values,
-                              "placement": t.placement, "seed": t.seed}
-                          for m, t in TRAINED.items() if t.study == grid.RECT},
-                "base": grid.rect_base(CFG), "seeds": CFG["seeds"], "code": code_hash("report")}),
+            evals=RECTIFICATION_INPUTS["evals"],
+            margin=RECTIFICATION_INPUTS["margin"],
+            spec=report_spec_file("rectification"),
         output:
-            report_flag(RECT_REPORT, "rectification"),
+            report_flag("rectification"),
         log:
-            f"{OUT}/logs/report_rectification.log",
+            log_file("report_rectification"),
         conda:
             "../../envs/report.yaml"
         shell:
@@ -42,27 +42,20 @@ if RECT:
             " --eval-files {input.evals} --margin {input.margin} --out {output} > {log} 2>&1"
 
 
-if MUDAF:
-    MUDAF_CELLS = {m: t for m, t in TRAINED.items() if t.study == grid.MUDAF}
+if "mudaf" in STUDIES:
+    MUDAF_INPUTS = REPORT_INPUTS["mudaf"]
 
     rule mudaf_report:
         input:
-            evals=MUDAF_EVAL_FILES,
-            heads=[heads_file(m) for m in ALL_MODELS],
-            masking=[masking_file(m) for m in MASKED_MODELS],
-            selections=[selection_file(m) for m, t in MUDAF_CELLS.items()
-                        if t.values.get("heads", 0) > 0],
-            spec=report_spec_file("mudaf", {
-                "preset": PRESET, "mudaf": MUDAF,
-                "cells": {m: {"run": t.run, "method": t.method, "values": t.values,
-                              "seed": t.seed} for m, t in MUDAF_CELLS.items()},
-                "studies": {m: t.study for m, t in TRAINED.items()},
-                "base": MUDAF_BASE, "seeds": CFG["seeds"],
-                "clipped_heads": grid.clipped_heads(CFG), "code": code_hash("report")}),
+            evals=MUDAF_INPUTS["evals"],
+            heads=MUDAF_INPUTS["heads"],
+            masking=MUDAF_INPUTS["masking"],
+            selections=MUDAF_INPUTS["selections"],
+            spec=report_spec_file("mudaf"),
         output:
-            report_flag(MUDAF_REPORT, "mudaf"),
+            report_flag("mudaf"),
         log:
-            f"{OUT}/logs/report_mudaf.log",
+            log_file("report_mudaf"),
         conda:
             "../../envs/report.yaml"
         shell:
@@ -72,20 +65,21 @@ if MUDAF:
             " > {log} 2>&1"
 
 
-if LKG:
+if "lkg" in STUDIES:
+    LKG_INPUTS = REPORT_INPUTS["lkg"]
 
     rule lkg_report:
         input:
-            evals=LKG_EVAL_FILES,
-            patterns=[patterns_file(m) for m in ALL_MODELS],
-            models=[model_dir(m) for m in LKG_MODELS],
-            spec=report_spec_file("lkg", lkg_report_spec()),
+            evals=LKG_INPUTS["evals"],
+            patterns=LKG_INPUTS["patterns"],
+            models=model_dirs(LKG_INPUTS["train_metrics"]),
+            spec=report_spec_file("lkg"),
         output:
-            report_flag(LKG_REPORT, "lkg"),
+            report_flag("lkg"),
         params:
-            train=[f"{model_dir(m)}/metrics.json" for m in LKG_MODELS],
+            train=LKG_INPUTS["train_metrics"],
         log:
-            f"{OUT}/logs/report_lkg.log",
+            log_file("report_lkg"),
         conda:
             "../../envs/report.yaml"
         shell:
@@ -94,7 +88,8 @@ if LKG:
             " --train-files {params.train} --out {output} > {log} 2>&1"
 
 
-if LEADERBOARD:
+if "leaderboard" in STUDIES:
+    CROSS_INPUTS = REPORT_INPUTS["leaderboard"]
 
     rule leaderboard_report:  # the cross-method report: from the metric files of the whole grid
         input:
@@ -103,11 +98,11 @@ if LEADERBOARD:
             attention=CROSS_INPUTS["attention"],
             heads=CROSS_INPUTS["heads"],
             patterns=CROSS_INPUTS["patterns"],
-            spec=report_spec_file("leaderboard", leaderboard_report_spec()),
+            spec=report_spec_file("leaderboard"),
         output:
-            report_flag(LEADERBOARD_REPORT, "leaderboard"),
+            report_flag("leaderboard"),
         log:
-            f"{OUT}/logs/report_leaderboard.log",
+            log_file("report_leaderboard"),
         conda:
             "../../envs/report.yaml"
         shell:

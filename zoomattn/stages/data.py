@@ -1,4 +1,8 @@
-"""Data stages: the synthetic world, training sets and eval sets."""
+"""Data stages: the synthetic world, training sets and eval sets.
+
+A spec with a ``study`` is a study's own set, golden documents plus hard distractors
+(``build_distractor_set``); without one it is a set of the shared data: the training set of the
+preset's ``data``, or a shared benchmark at a noise ratio (zoomattn/specs.py builds both)."""
 
 from __future__ import annotations
 
@@ -22,8 +26,8 @@ def world(spec: dict, out: Path, results: Path) -> None:
 def train_data(spec: dict, world_dir: Path | None, out: Path, results: Path) -> None:
     from zoomattn.data.build import build_real_train, build_train
 
-    if spec.get("study"):  # a side study: golden documents plus hard distractors
-        return _study_data(spec, world_dir, out, results)
+    if spec.get("study"):
+        return _distractor_set(spec, world_dir, out, results)
     with job_run(spec, "data", "train", results) as run:
         if world_dir is None:
             manifest = build_real_train(spec, out)
@@ -36,8 +40,8 @@ def train_data(spec: dict, world_dir: Path | None, out: Path, results: Path) -> 
 def eval_data(spec: dict, world_dir: Path | None, out: Path, results: Path) -> None:
     from zoomattn.data.build import build_eval, build_real_eval
 
-    if spec.get("study"):  # a side study: golden documents plus hard distractors
-        return _study_data(spec, world_dir, out, results)
+    if spec.get("study"):
+        return _distractor_set(spec, world_dir, out, results)
     name = f"{spec['benchmark']}@{spec['noise_ratio']:g}"
     with job_run(spec, "data", name, results) as run:
         if world_dir is None:
@@ -48,8 +52,8 @@ def eval_data(spec: dict, world_dir: Path | None, out: Path, results: Path) -> N
         run.log_artifacts(out / "manifest.json")
 
 
-def _study_data(spec: dict, world_dir: Path | None, out: Path, results: Path) -> None:
-    """A training or eval set of a side study (data/build.py: build_distractor_set)."""
+def _distractor_set(spec: dict, world_dir: Path | None, out: Path, results: Path) -> None:
+    """A study's own training or eval set (data/build.py: build_distractor_set)."""
     from zoomattn.data.build import build_distractor_set
 
     # The set's directory names its split (vanilla, reverse, n4, irr1, r0.9): the spec does not

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zoomattn.data.records import RecordError
+from zoomattn.data.world import noise_doc_count
 
 
 class SourceError(RecordError):
@@ -236,11 +237,8 @@ def str_list(row: dict, name: str, where: str) -> list[str]:
 # ---- contexts ------------------------------------------------------------------------------
 
 
-def noise_count(noise_ratio: float, n_golden: int = 1) -> int:
-    """Noise documents for a ratio r (GRID.md §0): round(1/(1-r)) - 1 for one golden document."""
-    if not 0.0 <= noise_ratio < 1.0:
-        raise ValueError(f"noise ratio {noise_ratio} is not in [0, 1)")
-    return round(n_golden / (1.0 - noise_ratio)) - n_golden
+# The noise documents a ratio asks for: one formula for the synthetic world and every builder.
+noise_count = noise_doc_count
 
 
 def place_golden(

@@ -1,0 +1,132 @@
+"""The job specs (zoomattn/specs.py), built without Snakemake from the shipped smoke preset."""
+
+import copy
+
+import pytest
+import yaml
+
+from zoomattn.config import ROOT, code_hash, load_config
+from zoomattn.specs import Specs
+
+RAW = yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def specs():
+    raw = copy.deepcopy(RAW)
+    raw["preset"] = "smoke"
+    return Specs(load_config(raw))
+
+
+def test_an_opamp_finetune_carries_no_study_keys_and_the_presets_finetune(specs):
+    spec = specs.finetune("opamp-K10_s0")
+    assert spec["method_config"] == {"K": 10, "every": 2, "adapter_dim": 16, "dropout": 0.1}
+    assert spec["finetune"] == specs.cfg["finetune"]
+    assert spec["code"] == code_hash("finetune", "opamp")
+    assert not {"study", "placement", "base"} & set(spec)
+
+
+def test_a_study_finetune_names_its_study_placement_base_and_its_finetune_over_the_presets(specs):
+    spec = specs.finetune("leaderboard/sft_s1")
+    assert (spec["study"], spec["placement"], spec["base"], spec["seed"]) == (
+        "leaderboard",
+        "vanilla",
+        "base",
+        1,
+    )
+    assert spec["finetune"] == {**specs.cfg["finetune"], "steps": 6, "lr": 1.0e-3}
+
+
+def test_the_shared_eval_set_is_a_benchmark_at_a_noise_ratio(specs):
+    spec = specs.eval_data("coqa_like", "r0.9")
+    assert spec["noise_ratio"] == 0.9 and "study" not in spec
+    assert spec["benchmarks"] == {
+        "coqa_like": specs.cfg["studies"]["opamp"]["benchmarks"]["coqa_like"]
+    }
+    assert spec["data"] == {"n_entities": 120, "n_famous": 10, "n_eval": 24}
+    assert spec["code"] == code_hash("data")
+
+
+def test_a_studys_eval_set_holds_its_layout_and_distractors(specs):
+    rect = specs.eval_data("nq_like", "reverse")
+    assert (rect["study"], rect["placement"], rect["distractors"]) == (
+        "rectification",
+        "reverse",
+        3,
+    )
+    assert rect["spec"] == {"family": "single", "metric": "contains", "published": "NQ"}
+    robust = specs.eval_data("nq_open", "irr1")
+    assert (robust["placement"], robust["passages"], robust["irrelevant"]) == ("vanilla", 4, 1.0)
+    closed = specs.eval_data("nq_open", "n0")
+    assert (closed["passages"], closed["irrelevant"]) == (0, 0.0)
+    noisy = specs.eval_data("single_noisy", "r0.9")
+    assert (noisy["noise_ratio"], "distractors" in noisy) == (0.9, False)
+
+
+def test_training_sets_the_shared_one_reads_the_presets_data_a_studys_its_train_block(specs):
+    shared = specs.train_data("train")
+    assert shared["data"] == specs.cfg["data"] and "study" not in shared
+    assert shared["benchmarks"] == specs.cfg["studies"]["opamp"]["benchmarks"]
+    mudaf = specs.train_data("train-mudaf/vanilla")
+    assert (mudaf["study"], mudaf["placement"], mudaf["distractors"]) == ("mudaf", "vanilla", 4)
+    assert mudaf["train"] == specs.cfg["studies"]["mudaf"]["train"]
+
+
+def test_an_evaluation_records_its_split_and_what_its_study_measures(specs):
+    opamp = specs.evaluate("qlora_s0", "coqa_like", "r0")
+    assert (opamp["split"], opamp["noise_ratio"], opamp["metric"]) == ("r0", 0.0, "em")
+    assert not {"study", "placement", "answer_gap_examples"} & set(opamp)
+    rect = specs.evaluate("base", "nq_like", "reverse")
+    assert (rect["study"], rect["placement"], rect["answer_gap_examples"]) == (
+        "rectification",
+        "reverse",
+        8,
+    )
+    assert rect["code"] == code_hash("evaluate")  # a base runs no method code
+    robust = specs.evaluate("lkg/lkg_s0", "nq_open", "n4")
+    assert (robust["placement"], "noise_ratio" in robust) == ("vanilla", False)
+    assert robust["code"] == code_hash("evaluate", "lkg")
+
+
+def test_analyses_read_the_settings_of_the_study_that_configures_them(specs):
+    att = specs.attention("base")
+    assert (att["benchmark"], att["noise_ratio"], att["answer_gap_examples"]) == (
+        "coqa_like",
+        0.9,
+        50,
+    )
+    margin = specs.score_margin("base")
+    assert (margin["benchmark"], margin["placement"], margin["examples"]) == (
+        "nq_like",
+        "vanilla",
+        8,
+    )
+    masking = specs.head_masking("mudaf/mudaf_weak_s0")
+    assert (masking["benchmark"], masking["metric"]) == ("mdqa_like", "pm")
+    assert specs.retrieval_heads("base")["retrieval_heads"]["examples"] == 8
+    assert specs.head_patterns("base")["head_patterns"] == {"benchmark": "nq_open", "examples": 8}
+    selection = specs.select_heads("mudaf/mudaf-heads2_s0")
+    assert selection["method_config"] == {"heads": 2, "selection": "weighted"}
+
+
+def test_each_report_spec_holds_its_studys_block_cells_base_and_seeds(specs):
+    opamp = specs.report("opamp")
+    assert opamp["cells"] == {
+        "qlora": ["qlora", {}],
+        "opamp-K10": ["opamp", {"K": 10, "every": 2, "adapter_dim": 16, "dropout": 0.1}],
+        "opamp-Kinf": ["opamp", {"K": "inf", "every": 2, "adapter_dim": 16, "dropout": 0.1}],
+    }
+    assert opamp["code"] == code_hash("report")
+    rect = specs.report("rectification")
+    assert rect["rectification"] == specs.cfg["studies"]["rectification"]
+    assert rect["cells"]["rectification/rectify_auto-reverse_s0"]["placement"] == "reverse"
+    mudaf = specs.report("mudaf")
+    assert mudaf["studies"]["leaderboard/lkg_s1"] == "leaderboard" and mudaf["clipped_heads"] == {}
+    lkg = specs.report("lkg")
+    assert set(lkg) == {"preset", "lkg", "cells", "base", "seeds", "code"}
+    cross = specs.report("leaderboard")
+    assert cross["seeds"] == [0, 1] and cross["grid_seeds"] == [0]
+    assert set(cross["studies"]) == {"rectification", "mudaf", "lkg"}
+    assert set(cross["leaderboard"]["cells"]) == {
+        m for m in cross["cells"] if m.startswith("leaderboard/")
+    }
