@@ -18,7 +18,6 @@ import yaml
 
 from zoomattn.cluster import with_defaults
 from zoomattn.config_checks import ConfigError, check_config, check_shape
-from zoomattn.methods import METHODS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
