@@ -20,7 +20,7 @@ from zoomattn.reporting import (
     rectification_figures,
     retrieval_figures,
 )
-from zoomattn.reporting.plotting import NO_DATA, notes
+from zoomattn.reporting.common.plotting import NO_DATA, notes
 
 FIGURE_MODULES = (diagnostics, figures, leaderboard, lkg_figures, mudaf_figures)
 FIGURE_MODULES += (rectification_figures, retrieval_figures)

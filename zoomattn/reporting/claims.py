@@ -15,10 +15,11 @@ import numpy as np
 import pandas as pd
 
 from zoomattn import grid
-from zoomattn.reporting import bootstrap, lkg, mudaf, published
+from zoomattn.reporting import lkg, mudaf, published
 from zoomattn.reporting import published_lkg as paper_lkg
 from zoomattn.reporting import published_mudaf as paper_mudaf
 from zoomattn.reporting import published_rectification as paper_rect
+from zoomattn.reporting.common import bootstrap
 from zoomattn.reporting.fidelity import (
     CLAIM_COLUMNS,
     OPAMP,

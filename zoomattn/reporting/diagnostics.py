@@ -22,13 +22,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
-from zoomattn.reporting.html_tables import write_table_html
-from zoomattn.reporting.plotting import legend_entries, mark_gaps, note_if_all_zero, save
+from zoomattn.reporting.common.html_tables import write_table_html
+from zoomattn.reporting.common.plotting import legend_entries, mark_gaps, note_if_all_zero, save
+from zoomattn.reporting.common.studies import STUDY_ORDER, study_colour, study_rank
 
 CLASSES = ("edge", "uniform", "middle", "other")  # as evaluation.head_patterns.CLASSES
-STUDY_ORDER = ("base", "opamp", "rectification", "mudaf", "lkg", "leaderboard")
-STUDY_COLOURS = {"base": "grey", "opamp": "C0", "rectification": "C1", "mudaf": "C2"}
-STUDY_COLOURS |= {"lkg": "C3", "leaderboard": "C4"}
 TOP_SHARE = 0.05  # retrieval-head strength: mean F1 of the top 5% heads by F1
 CELL = ["study", "label"]
 
@@ -39,8 +37,7 @@ def _by_model(files: list[dict]) -> dict[str, dict]:
 
 def _ordered(models: dict[str, dict]) -> list[str]:
     """Model ids by study (``STUDY_ORDER``, unknown studies last), then in ``models``' order."""
-    rank = {s: i for i, s in enumerate(STUDY_ORDER)}
-    return sorted(models, key=lambda m: rank.get(models[m]["study"], len(rank)))
+    return sorted(models, key=lambda m: study_rank(models[m]["study"]))
 
 
 def top_share_mean_f1(f1) -> float:
@@ -142,7 +139,7 @@ def golden_share_table(models: dict[str, dict], attention: list[dict]) -> pd.Dat
     if not rows:
         return pd.DataFrame()
     df = pd.DataFrame(rows).astype({"golden_share": float, "uniform_share": float})
-    df = df.sort_values("study", key=lambda s: s.map(STUDY_ORDER.index), kind="stable")
+    df = df.sort_values("study", key=lambda s: s.map(study_rank), kind="stable")
     return df.groupby([*CELL, "position"], sort=False, as_index=False).agg(
         golden_share=("golden_share", "mean"),
         share_min=("golden_share", "min"),
@@ -299,12 +296,12 @@ def _study_bars(ax, ys, cells: pd.DataFrame, column: str) -> list[Patch]:
     seeds' range, the cells named on the y axis; returns the studies' legend handles."""
     value = cells[column].astype(float)
     err = np.nan_to_num(np.vstack([value - cells[f"{column}_min"], cells[f"{column}_max"] - value]))
-    colours = [STUDY_COLOURS.get(s, "C5") for s in cells["study"]]
+    colours = [study_colour(s) for s in cells["study"]]
     ax.barh(ys, value.fillna(0), 0.7, xerr=err, color=colours, capsize=2)
     mark_gaps(ax, ys, value, "black", horizontal=True)
     note_if_all_zero(ax, value, "value")
     ax.set_yticks(ys, _cell_names(cells), fontsize=7)
-    return [Patch(color=STUDY_COLOURS.get(s, "C5"), label=s) for s in dict.fromkeys(cells["study"])]
+    return [Patch(color=study_colour(s), label=s) for s in dict.fromkeys(cells["study"])]
 
 
 def plot_retrieval_heads(cells: pd.DataFrame, path: Path):

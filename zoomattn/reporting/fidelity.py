@@ -18,7 +18,8 @@ from zoomattn.reporting import lkg, mudaf, published, rectification, tables
 from zoomattn.reporting import published_lkg as paper_lkg
 from zoomattn.reporting import published_mudaf as paper_mudaf
 from zoomattn.reporting import published_rectification as paper_rect
-from zoomattn.reporting.html_tables import write_table_html
+from zoomattn.reporting.common import tables as common_tables
+from zoomattn.reporting.common.html_tables import write_table_html
 from zoomattn.reporting.mudaf_heads import mudaf_cells
 
 OPAMP = "opamp"
@@ -134,9 +135,9 @@ def _rect_numbers(spec: dict, evals: list[dict]) -> list[dict]:
     """Table 1: the rectification report's base / LoRA / ξ-sweep rows (g = max)."""
     benchmarks = dict(_block(spec, grid.RECT).get("benchmarks") or {})
     sub = _study_spec(spec, grid.RECT)
-    df = rectification.scores_frame(sub, _evals_of(evals, spec, grid.RECT, benchmarks))
+    df = common_tables.scores_frame(sub, _evals_of(evals, spec, grid.RECT, benchmarks))
     rows = [r for r in rectification.grid_rows(sub, {}) if r.kind in ("base", "lora", "xi")]
-    long = rectification.select(df, rows, _columns(benchmarks, df))
+    long = common_tables.select(df, rows, _columns(benchmarks, df))
     return _long_numbers(grid.RECT, long, benchmarks, lambda _: "Table 1", paper_rect.lookup)
 
 
@@ -144,9 +145,9 @@ def _mudaf_numbers(spec: dict, evals: list[dict]) -> list[dict]:
     """Table 2 (the report's roles) and Table 4 (its head-count sweep rows)."""
     benchmarks = dict(_block(spec, grid.MUDAF).get("benchmarks") or {})
     sub = _study_spec(spec, grid.MUDAF)
-    df = rectification.scores_frame(sub, _evals_of(evals, spec, grid.MUDAF, benchmarks))
+    df = common_tables.scores_frame(sub, _evals_of(evals, spec, grid.MUDAF, benchmarks))
     columns, cells = _columns(benchmarks, df), mudaf_cells(sub)
-    Row = rectification.Row
+    Row = common_tables.Row
     t2_rows = [Row(mudaf.BASE_ROW, sub["base"], "base")]
     t2_rows += [Row(role, run, "role") for role, run in mudaf.roles(cells).items()]
     out = []
@@ -154,7 +155,7 @@ def _mudaf_numbers(spec: dict, evals: list[dict]) -> list[dict]:
         ("Table 2", paper_mudaf.TABLE2, t2_rows),
         ("Table 4", paper_mudaf.TABLE4, [row for row, _, _ in mudaf.sweep_rows(sub, cells)]),
     ):
-        long = rectification.select(df, rows, columns)
+        long = common_tables.select(df, rows, columns)
         out += _long_numbers(
             grid.MUDAF,
             long,

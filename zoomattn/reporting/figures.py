@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from zoomattn.reporting import published
-from zoomattn.reporting.plotting import (
+from zoomattn.reporting.common.plotting import (
     empty_panel,
     gap_legend,
     legend_entries,

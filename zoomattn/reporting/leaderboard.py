@@ -16,9 +16,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from zoomattn.reporting.bootstrap import LEVEL, RESAMPLES, difference_ci, mean_ci, verdict
-from zoomattn.reporting.html_tables import write_table_html
-from zoomattn.reporting.plotting import empty_panel, legend_entries, mark_gaps, save
+from zoomattn.reporting.common.bootstrap import LEVEL, RESAMPLES, difference_ci, mean_ci, verdict
+from zoomattn.reporting.common.html_tables import write_table_html
+from zoomattn.reporting.common.plotting import empty_panel, legend_entries, mark_gaps, save
 
 MEAN = "mean"
 MARK = {"higher": " ↑", "lower": " ↓", "n.s.": ""}

@@ -18,8 +18,8 @@ import pandas as pd
 from zoomattn.io import write_json
 from zoomattn.reporting import lkg_figures as figures
 from zoomattn.reporting import published_lkg as paper
+from zoomattn.reporting.common.tables import cell, describe_seeds
 from zoomattn.reporting.published_lkg import BASE_ROW, FT_ROW, FULL_ROW
-from zoomattn.reporting.tables import cell, describe_seeds
 
 MAIN_SPLIT = "vanilla"  # the study has no query-placement axis: its main eval sets are "vanilla"
 SCORES = ["score", "ci_low", "ci_high"]

@@ -15,8 +15,8 @@ from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
 from zoomattn.reporting import published_lkg as paper
-from zoomattn.reporting.plotting import empty_panel, legend_entries, mark_gaps, save
-from zoomattn.reporting.tables import cell
+from zoomattn.reporting.common.plotting import empty_panel, legend_entries, mark_gaps, save
+from zoomattn.reporting.common.tables import cell
 
 CLASSES = ("edge", "uniform", "middle", "other")  # evaluation/head_patterns.py's order
 CLASS_COLOURS = {"edge": "tab:blue", "uniform": "tab:orange", "middle": "tab:green"}

@@ -16,9 +16,16 @@ from zoomattn.reporting import mudaf_analyses as sections
 from zoomattn.reporting import mudaf_figures as figures
 from zoomattn.reporting import mudaf_heads as heads_of
 from zoomattn.reporting import published_mudaf as paper
+from zoomattn.reporting.common.tables import (
+    Row,
+    cell,
+    describe_seeds,
+    scores_frame,
+    select,
+    wide,
+    write_table,
+)
 from zoomattn.reporting.mudaf_heads import Cell, mudaf_cells
-from zoomattn.reporting.rectification import Row, scores_frame, select, wide, write_table
-from zoomattn.reporting.tables import cell, describe_seeds
 
 BASE_ROW = "base (no fine-tune)"
 STRONG = 8  # the paper's head count: Table 2's MuDAF row is the strong cell closest to it

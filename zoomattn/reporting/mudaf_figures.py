@@ -9,28 +9,31 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Rectangle
 
-from zoomattn.reporting.plotting import empty_panel, mark_gaps, note_if_all_zero, save
-from zoomattn.reporting.rectification_figures import (
-    SCORES,
-    _errorbar,
-    _finish,
-    _panels,
+from zoomattn.reporting.common.plotting import (
+    empty_panel,
+    errorbar,
+    mark_gaps,
+    note_if_all_zero,
+    panel_row,
+    save,
+    save_with_legend,
 )
+from zoomattn.reporting.common.studies import study_colour
+from zoomattn.reporting.common.tables import SCORES
 
 BASE_NAME = "base (no fine-tune)"
 MODELS = ("base", "MuDAF", "Vanilla-SFT")  # Figs. 5/6 bars, in the paper's order
-STUDY_COLOURS = {"base": "grey", "opamp": "C0", "rectification": "C1", "mudaf": "C2", "lkg": "C3"}
 
 
 def head_sweep(t4: pd.DataFrame, rows: list[str], refs: pd.DataFrame, path, title: str):
     """Table 4 as a figure: score vs head count per benchmark (95% CI bars); reference rows
     (the base, MuDAF-weak) as horizontal lines."""
     benches = list(dict.fromkeys(t4["benchmark"]))
-    fig, axes = _panels(len(benches))
+    fig, axes = panel_row(len(benches))
     for ax, b in zip(axes, benches, strict=False):
         s = t4[t4["benchmark"] == b].set_index("row")
         xs = [k for k, lab in enumerate(rows) if lab in s.index]
-        _errorbar(ax, xs, s.loc[[rows[k] for k in xs]], SCORES, marker="o", label="MuDAF (ours)")
+        errorbar(ax, xs, s.loc[[rows[k] for k in xs]], SCORES, marker="o", label="MuDAF (ours)")
         ref = refs[refs["benchmark"] == b]
         for i, r in enumerate(ref.itertuples()):
             ax.axhline(r.score, ls=(":", "--", "-.")[i % 3], color=f"C{i + 1}", label=r.row)
@@ -40,7 +43,7 @@ def head_sweep(t4: pd.DataFrame, rows: list[str], refs: pd.DataFrame, path, titl
         ax.set_xlabel("target heads n (asked→trained where clipped; 0 = Vanilla-SFT)")
         ax.set_ylabel(f"{b} score ×100 ({s['metric'].iloc[0]})")
         ax.set_title(b, fontsize=9)
-    return _finish(fig, axes, path, title)
+    return save_with_legend(fig, axes, path, title)
 
 
 def target_heads(df: pd.DataFrame, path, title: str):
@@ -66,7 +69,7 @@ def target_heads(df: pd.DataFrame, path, title: str):
         ax.set_ylabel("retrieval score (mean F1)")
         ax.set_ylim(0, 1.02)
         ax.set_title(g, fontsize=9)
-    return _finish(fig, axes, path, title)
+    return save_with_legend(fig, axes, path, title)
 
 
 def delta_maps(panels: list[tuple[str, np.ndarray, list]], path, title: str):
@@ -109,7 +112,7 @@ def across_methods(df: pd.DataFrame, path, title: str):
         empty_panel(ax, "no model has retrieval-head scores")
         return save(fig, path)
     ys = np.arange(n)[::-1]
-    colours = [STUDY_COLOURS.get(s, "C4") for s in df["study"]]
+    colours = [study_colour(s) for s in df["study"]]
     bars = (("top5_mean_f1", 0.2, 1.0, "base's top-5% heads"), ("mean_f1", -0.2, 0.4, "all heads"))
     for column, shift, alpha, name in bars:
         values = df[column].astype(float)

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from zoomattn.reporting.common.studies import study_rank
+
 STRONG_F1 = 0.3  # a head counts as a retrieval head from this F1 on (the attended threshold)
 TOP_SHARE = 0.05  # the paper's retrieval heads: the top ~5% by F1
-STUDY_ORDER = ("base", "opamp", "rectification", "mudaf", "lkg")
 EPS = 1e-9  # a change counts as a gain above float noise
 
 
@@ -145,10 +146,6 @@ def study_of(spec: dict, model: str) -> str:
     return "mudaf" if model in spec.get("cells", {}) else "base"
 
 
-def _order(study: str) -> int:
-    return STUDY_ORDER.index(study) if study in STUDY_ORDER else len(STUDY_ORDER)
-
-
 def across_methods(spec: dict, heads: list[dict]) -> pd.DataFrame:
     """One row per heads file, grouped by study: mean and max F1 over all heads, the mean F1 of
     its base's top-5% heads, the heads with F1 ≥ 0.3, and the changes against its base."""
@@ -176,7 +173,7 @@ def across_methods(spec: dict, heads: list[dict]) -> pd.DataFrame:
     df = pd.DataFrame(recs)
     if df.empty:
         return df
-    key = df["study"].map(_order) * 10**6 + df["model"].rank(method="first")
+    key = df["study"].map(study_rank) * 10**6 + df["model"].rank(method="first")
     return df.assign(_k=key).sort_values("_k").drop(columns="_k").reset_index(drop=True)
 
 
@@ -206,5 +203,5 @@ def masking_table(spec: dict, masking: list[dict]) -> pd.DataFrame:
         return df
     df["drop_top"] = df["baseline"] - df["top"]
     df["drop_random"] = df["baseline"] - df["random_mean"]
-    key = df["study"].map(_order) * 10**6 + df["model"].rank(method="dense") * 1000 + df["k"]
+    key = df["study"].map(study_rank) * 10**6 + df["model"].rank(method="dense") * 1000 + df["k"]
     return df.assign(_k=key).sort_values("_k").drop(columns="_k").reset_index(drop=True)

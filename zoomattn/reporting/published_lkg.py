@@ -8,7 +8,7 @@ smoke presets: synthetic analogues) are printed beside these, never mixed into o
 
 from __future__ import annotations
 
-from zoomattn.reporting.tables import paper_column
+from zoomattn.reporting.common.tables import paper_column
 
 MODEL = "Llama-3.1-8B"
 SOURCE = f"published, {MODEL}, paper scale (LKG-RALM paper)"

@@ -9,7 +9,7 @@ side and never mixes them into one number.
 
 from __future__ import annotations
 
-from zoomattn.reporting.tables import paper_column
+from zoomattn.reporting.common.tables import paper_column
 
 # LongBench HotpotQA, 2WikiMultihopQA, MuSiQue, Qasper; ZeroSCROLLS MuSiQue, Qasper (F1 ×100)
 COLUMNS = ("HotpotQA", "2WikiMQA", "MuSiQue", "Qasper", "ZS-MuSiQue", "ZS-Qasper")

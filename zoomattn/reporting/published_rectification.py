@@ -9,7 +9,7 @@ same tasks: the report prints the two side by side and never mixes them into one
 
 from __future__ import annotations
 
-from zoomattn.reporting.tables import paper_column
+from zoomattn.reporting.common.tables import paper_column
 
 COLUMNS = ("NQ", "TriviaQA", "HotpotQA", "2wiki", "ASQA")
 PLACEMENTS = ("reverse", "vanilla")  # the paper's column order within a benchmark

@@ -10,10 +10,16 @@ import numpy as np
 import pandas as pd
 
 from zoomattn.reporting import published_rectification as paper
-from zoomattn.reporting.plotting import empty_panel, save
+from zoomattn.reporting.common.plotting import (
+    empty_panel,
+    errorbar,
+    panel_row,
+    save,
+    save_with_legend,
+)
+from zoomattn.reporting.common.tables import SCORES
 
 BASE_NAME = "base (no fine-tune)"  # the "vanilla" row; not to be confused with the placement
-SCORES = ("score", "ci_low", "ci_high")
 
 
 def _short(label: str) -> str:
@@ -21,37 +27,11 @@ def _short(label: str) -> str:
     return label.removeprefix("ξ=").replace(" (", "\n(")
 
 
-def _panels(n: int, width: float = 4.6, height: float = 3.9):
-    fig, axes = plt.subplots(1, max(n, 1), figsize=(width * max(n, 1) + 0.4, height), squeeze=False)
-    return fig, list(axes[0])
-
-
-def _finish(fig, axes, path, title: str, legend_cols: int = 3):
-    handles, labels = [], []
-    for ax in axes:  # one legend for the figure, below the panels, without duplicates
-        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    rows = math.ceil(len(labels) / legend_cols) if labels else 0
-    bottom = min(0.03 + 0.05 * rows, 0.4)
-    if labels:
-        fig.legend(handles, labels, loc="lower center", ncol=legend_cols, fontsize=7, frameon=False)
-    fig.suptitle(title, fontsize=9)
-    return save(fig, path, rect=(0, bottom, 1, 1))
-
-
-def _errorbar(ax, xs, s: pd.DataFrame, cols, **kw) -> None:
-    score, lo, hi = (s[c].to_numpy(dtype=float) for c in cols)
-    err = np.nan_to_num(np.vstack([score - lo, hi - score]).clip(min=0))
-    ax.errorbar(xs, score, yerr=err, capsize=3, **kw)
-
-
 def xi_curves(t1: pd.DataFrame, xi_rows: list[str], placements: list[str], path, title: str):
     """Table 1 as a figure: per benchmark, score vs ξ per placement (95% CI bars); LoRA dashed and
     the base model dotted, in the placement's colour."""
     benches = list(dict.fromkeys(t1["benchmark"]))
-    fig, axes = _panels(len(benches))
+    fig, axes = panel_row(len(benches))
     for ax, b in zip(axes, benches, strict=False):
         sub = t1[t1["benchmark"] == b]
         for i, p in enumerate(placements):
@@ -61,7 +41,7 @@ def xi_curves(t1: pd.DataFrame, xi_rows: list[str], placements: list[str], path,
             if xs:
                 ys = s.loc[[xi_rows[k] for k in xs]]
                 label = f"rectify (g = max), {p}"
-                _errorbar(ax, xs, ys, SCORES, marker="o", color=color, label=label)
+                errorbar(ax, xs, ys, SCORES, marker="o", color=color, label=label)
             for ref, name, ls in (("LoRA", "LoRA", "--"), ("vanilla", BASE_NAME, ":")):
                 if ref in s.index:
                     ax.axhline(
@@ -72,13 +52,13 @@ def xi_curves(t1: pd.DataFrame, xi_rows: list[str], placements: list[str], path,
         ax.set_xlabel("ξ")
         ax.set_ylabel(f"{b} score ×100 ({sub['metric'].iloc[0]})")
         ax.set_title(f"{b}, query placement per line", fontsize=9)
-    return _finish(fig, axes, path, title, legend_cols=len(placements) or 1)
+    return save_with_legend(fig, axes, path, title, legend_cols=len(placements) or 1)
 
 
 def published_curves(mapped: list[tuple[str, str]], placements: list[str], path):
     """The published Table 1 for the paper columns our benchmarks map to, one panel each."""
     columns = list(dict.fromkeys(col for _, col in mapped))
-    fig, axes = _panels(len(columns))
+    fig, axes = panel_row(len(columns))
     shown = [p for p in paper.PLACEMENTS if p in placements] or list(paper.PLACEMENTS)
     for ax, col in zip(axes, columns, strict=False):
         ours = ", ".join(b for b, c in mapped if c == col)
@@ -96,13 +76,14 @@ def published_curves(mapped: list[tuple[str, str]], placements: list[str], path)
         ax.set_xlabel("ξ")
         ax.set_ylabel(f"{col} (published, ×100)")
         ax.set_title(f"PUBLISHED {col} (ours: {ours})", fontsize=9)
-    return _finish(fig, axes, path, f"{paper.SOURCE}; not our runs", legend_cols=len(shown))
+    title = f"{paper.SOURCE}; not our runs"
+    return save_with_legend(fig, axes, path, title, legend_cols=len(shown))
 
 
 def answer_gap(gaps: pd.DataFrame, rows: list[str], placements: list[str], path, title: str):
     """Fig. 3 analogue: answer-token attention gap (× 1000) per model row, bars per placement."""
     benches = list(dict.fromkeys(gaps["benchmark"]))
-    fig, axes = _panels(len(benches), width=max(4.6, 0.75 * len(rows) + 1.5))
+    fig, axes = panel_row(len(benches), width=max(4.6, 0.75 * len(rows) + 1.5))
     width = 0.8 / max(len(placements), 1)
     cols = ("answer_gap", "answer_gap_ci_low", "answer_gap_ci_high")
     for ax, b in zip(axes, benches, strict=False):
@@ -115,7 +96,7 @@ def answer_gap(gaps: pd.DataFrame, rows: list[str], placements: list[str], path,
             ys = s.loc[[rows[k] for k in xs]]
             pos = np.array(xs) + (i - (len(placements) - 1) / 2) * width
             ax.bar(pos, ys["answer_gap"], width, color=f"C{i}", label=f"placement {p}")
-            _errorbar(ax, pos, ys, cols, ls="none", color="black", elinewidth=1)
+            errorbar(ax, pos, ys, cols, ls="none", color="black", elinewidth=1)
         ax.axhline(0, color="grey", lw=0.8)
         names = [
             BASE_NAME if r == "vanilla" else _short(r) if r.startswith("ξ") else r for r in rows
@@ -124,13 +105,13 @@ def answer_gap(gaps: pd.DataFrame, rows: list[str], placements: list[str], path,
         ax.set_xlabel("model (numbers: ξ)")
         ax.set_ylabel("attn(answer) − attn(other), ×1000")
         ax.set_title(b, fontsize=9)
-    return _finish(fig, axes, path, title, legend_cols=len(placements) or 1)
+    return save_with_legend(fig, axes, path, title, legend_cols=len(placements) or 1)
 
 
 def g_variants(gs: pd.DataFrame, lora: pd.DataFrame, rows: list[str], placements, path, title):
     """Fig. 4 analogue: score per g variant at one ξ (95% CI), LoRA dashed per placement."""
     benches = list(dict.fromkeys(gs["benchmark"]))
-    fig, axes = _panels(len(benches))
+    fig, axes = panel_row(len(benches))
     step = 0.25 / max(len(placements) - 1, 1)
     for ax, b in zip(axes, benches, strict=False):
         sub = gs[gs["benchmark"] == b]
@@ -142,7 +123,7 @@ def g_variants(gs: pd.DataFrame, lora: pd.DataFrame, rows: list[str], placements
                 pos = np.array(xs) + (i - (len(placements) - 1) / 2) * step
                 ys = s.loc[[rows[k] for k in xs]]
                 style = {"marker": "o", "ls": "none", "color": color}
-                _errorbar(ax, pos, ys, SCORES, label=f"rectify, {p}", **style)
+                errorbar(ax, pos, ys, SCORES, label=f"rectify, {p}", **style)
             ref = lora[(lora["benchmark"] == b) & (lora["placement"] == p)]
             if len(ref):
                 ax.axhline(ref["score"].iloc[0], ls="--", color=color, label=f"LoRA, {p}")
@@ -151,7 +132,7 @@ def g_variants(gs: pd.DataFrame, lora: pd.DataFrame, rows: list[str], placements
         ax.set_xlabel("g")
         ax.set_ylabel(f"{b} score ×100 ({sub['metric'].iloc[0]})")
         ax.set_title(b, fontsize=9)
-    return _finish(fig, axes, path, title, legend_cols=len(placements) or 1)
+    return save_with_legend(fig, axes, path, title, legend_cols=len(placements) or 1)
 
 
 def flatten(nested) -> np.ndarray:

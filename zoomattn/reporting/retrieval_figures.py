@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from zoomattn.reporting.plotting import empty_panel, legend_entries, mark_gaps, save
+from zoomattn.reporting.common.plotting import empty_panel, legend_entries, mark_gaps, save
 
 
 def _save(fig, path, title: str | None):

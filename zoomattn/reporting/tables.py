@@ -7,6 +7,7 @@ import math
 import pandas as pd
 
 from zoomattn.reporting import published
+from zoomattn.reporting.common.tables import cell
 
 
 def model_label(model: str) -> str:
@@ -49,10 +50,6 @@ def scores_frame(evals: list[dict]) -> pd.DataFrame:
     keys = ["label", "benchmark", "noise", "metric", "subset"]
     df = df.groupby(keys, as_index=False)[["score", "ci_low", "ci_high"]].mean()
     return df.sort_values("label", key=lambda s: s.map(label_order), kind="stable")
-
-
-def cell(score: float, lo: float, hi: float) -> str:
-    return f"{score:.1f} [{lo:.1f}, {hi:.1f}]"
 
 
 def _pivot(df: pd.DataFrame, columns: list[tuple]) -> pd.DataFrame:
@@ -150,23 +147,3 @@ def comparison(df: pd.DataFrame, benchmarks: dict) -> pd.DataFrame:
 
 def visible(t: pd.DataFrame) -> pd.DataFrame:
     return t[[c for c in t.columns if not c.endswith("__score")]]
-
-
-def paper_column(spec: dict, aliases: dict[str, str]) -> str | None:
-    """The paper column a configured benchmark is (real data) or mirrors (synthetic), if any:
-    its ``published:`` name, spelled any way ``aliases`` (lower-case, no spaces/-/_) knows."""
-    name = spec.get("published")
-    if not name:
-        return None
-    return aliases.get(str(name).replace(" ", "").replace("-", "").replace("_", "").lower())
-
-
-def describe_seeds(seeds: list, base_runs: str = "one evaluation") -> str:
-    """How a report combines seeds, and that the untrained base has no seeds."""
-    note = (
-        "Seeds are combined by the mean score; the interval is the envelope (lowest lower, highest "
-        "upper bound) of the per-seed 95% bootstrap CIs, not a pooled CI."
-        if len(seeds) > 1
-        else "The interval is the run's 95% bootstrap CI."
-    )
-    return note + f" The base model is not trained: {base_runs} whatever the seeds."

@@ -17,7 +17,7 @@ def _finish(out: Path, spec: dict) -> None:
     import pandas as pd
 
     from zoomattn.io import write_json
-    from zoomattn.reporting.html_tables import write_table_html
+    from zoomattn.reporting.common.html_tables import write_table_html
     from zoomattn.tracking import git_commit
 
     for table in sorted(Path(out).glob("*.csv")):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from zoomattn.reporting.bootstrap import as_matrix, difference_ci, mean_ci, verdict
+from zoomattn.reporting.common.bootstrap import as_matrix, difference_ci, mean_ci, verdict
 
 # The sample [0, 0, 1] resampled with replacement: the mean is k/3 with k ~ Binomial(3, 1/3),
 # P(k) = 8/27, 12/27, 6/27, 1/27. By hand: the 5% quantile is 0 (P(0) = 0.296 >= 0.05) and the

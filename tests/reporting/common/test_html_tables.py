@@ -3,7 +3,7 @@ from html.parser import HTMLParser
 import numpy as np
 import pandas as pd
 
-from zoomattn.reporting.html_tables import table_html, write_table_html
+from zoomattn.reporting.common.html_tables import table_html, write_table_html
 
 
 class _Cells(HTMLParser):

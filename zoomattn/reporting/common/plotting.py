@@ -10,11 +10,14 @@
   or bar has no value, and ``note_if_all_zero`` says why a panel of zero-length bars looks empty.
   Every such artist carries the gid ``NO_DATA``, so tests and readers can find it.
 
-``save`` applies all this and writes the PNG; same inputs give the same bytes.
+``save`` applies all this and writes the PNG; same inputs give the same bytes. ``panel_row``,
+``errorbar`` and ``save_with_legend`` draw the reports' rows of panels (one per benchmark) with
+one legend below them. This module sets the Agg backend for every report figure.
 """
 
 from __future__ import annotations
 
+import math
 import textwrap
 
 import matplotlib
@@ -142,6 +145,35 @@ def save(fig, path, *, rect=None):
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return fig
+
+
+def panel_row(n: int, width: float = 4.6, height: float = 3.9):
+    """A figure of ``n`` panels side by side (at least one) and the list of its axes."""
+    fig, axes = plt.subplots(1, max(n, 1), figsize=(width * max(n, 1) + 0.4, height), squeeze=False)
+    return fig, list(axes[0])
+
+
+def errorbar(ax, xs, frame, columns, **kw) -> None:
+    """Points with error bars from the frame's (score, low, high) ``columns``."""
+    score, lo, hi = (frame[c].to_numpy(dtype=float) for c in columns)
+    err = np.nan_to_num(np.vstack([score - lo, hi - score]).clip(min=0))
+    ax.errorbar(xs, score, yerr=err, capsize=3, **kw)
+
+
+def save_with_legend(fig, axes, path, title: str, legend_cols: int = 3):
+    """``save`` with one legend for the whole figure, below the panels, each label once."""
+    handles, labels = [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    rows = math.ceil(len(labels) / legend_cols) if labels else 0
+    bottom = min(0.03 + 0.05 * rows, 0.4)
+    if labels:
+        fig.legend(handles, labels, loc="lower center", ncol=legend_cols, fontsize=7, frameon=False)
+    fig.suptitle(title, fontsize=9)
+    return save(fig, path, rect=(0, bottom, 1, 1))
 
 
 def _plain_numbers(ax) -> None:

@@ -9,6 +9,11 @@ percentile bootstrap over examples.
 A difference between two cells evaluated on the same examples is drawn *paired*: one example
 resample serves both sides, each side resamples its own seeds. It is significant only when its
 interval excludes 0 — overlapping per-cell intervals alone decide nothing either way.
+
+The resample count is a parameter; every report draws ``RESAMPLES`` = 2000 (the leaderboard's
+cells and comparisons, the claims' differences). The study reports draw none: they show the
+intervals of the evaluation files, which the evaluation stage draws with 1000 resamples over
+examples (``evaluation.metrics.bootstrap_ci``, a lower layer that cannot import this one).
 """
 
 from __future__ import annotations

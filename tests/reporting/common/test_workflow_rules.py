@@ -1,7 +1,7 @@
 import re
 from types import SimpleNamespace
 
-from zoomattn.reporting.workflow_rules import rule_table_html
+from zoomattn.reporting.common.workflow_rules import rule_table_html
 
 
 class _Job:  # what the table reads of a Snakemake job (hashable by identity, like one)
