@@ -392,7 +392,7 @@ CODE_GROUPS = {
         "stages/analysis.py",
     ],
     "select": ["io.py", "methods/__init__.py", "stages/models.py"],
-    "report": ["io.py", "reporting/*.py", "stages/reports.py"],
+    "report": ["io.py", "reporting/**/*.py", "stages/reports.py"],
 }
 
 

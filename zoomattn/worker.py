@@ -51,7 +51,7 @@ PRELOAD = (
     "zoomattn.training.finetune",
     "zoomattn.evaluation.generate",
     "zoomattn.evaluation.attention_share",
-    "zoomattn.reporting.build",
+    "zoomattn.reporting.opamp",
     "zoomattn.data.build",
 )
 # peft imports bitsandbytes, which asks each GPU for its compute capability at import

@@ -9,11 +9,12 @@ import numpy as np
 import pandas as pd
 
 from tests.reporting.test_retrieval_figures import _masking, _scores
-from zoomattn.reporting import diagnostics, figures, leaderboard, lkg_figures
+from zoomattn.reporting import diagnostics, leaderboard, lkg_figures
 from zoomattn.reporting import mudaf_figures as mudaf
 from zoomattn.reporting import published_lkg as paper_lkg
 from zoomattn.reporting import rectification_figures as rect
 from zoomattn.reporting import retrieval_figures as retrieval
+from zoomattn.reporting.opamp import figures
 
 CAPTION = (
     "preset smoke, seeds 0, 1 and 2, 95% bootstrap CI over seeds and examples; retrieval "

@@ -4,11 +4,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from zoomattn.reporting import published
 from zoomattn.reporting import published_mudaf as paper_mudaf
 from zoomattn.reporting import published_rectification as paper_rect
 from zoomattn.reporting.claims import claims
 from zoomattn.reporting.fidelity import fidelity_numbers, write_fidelity
+from zoomattn.reporting.opamp import published
 
 N = 40  # examples per eval set
 OPAMP_BENCHMARKS = {

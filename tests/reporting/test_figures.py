@@ -13,7 +13,6 @@ from matplotlib.lines import Line2D
 from tests.reporting import figure_inputs as inputs
 from zoomattn.reporting import (
     diagnostics,
-    figures,
     leaderboard,
     lkg_figures,
     mudaf_figures,
@@ -21,6 +20,7 @@ from zoomattn.reporting import (
     retrieval_figures,
 )
 from zoomattn.reporting.common.plotting import NO_DATA, notes
+from zoomattn.reporting.opamp import figures
 
 FIGURE_MODULES = (diagnostics, figures, leaderboard, lkg_figures, mudaf_figures)
 FIGURE_MODULES += (rectification_figures, retrieval_figures)

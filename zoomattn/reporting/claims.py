@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from zoomattn import grid
-from zoomattn.reporting import lkg, mudaf, published
+from zoomattn.reporting import lkg, mudaf
 from zoomattn.reporting import published_lkg as paper_lkg
 from zoomattn.reporting import published_mudaf as paper_mudaf
 from zoomattn.reporting import published_rectification as paper_rect
@@ -34,6 +34,7 @@ from zoomattn.reporting.fidelity import (
     _study_spec,
 )
 from zoomattn.reporting.mudaf_heads import mudaf_cells
+from zoomattn.reporting.opamp import published
 
 # ---- sides and tests ---------------------------------------------------------------------------
 

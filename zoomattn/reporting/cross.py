@@ -14,7 +14,7 @@ from zoomattn.io import read_json
 from zoomattn.reporting.diagnostics import build_diagnostics
 from zoomattn.reporting.fidelity import write_fidelity
 from zoomattn.reporting.leaderboard import entry_label, write_leaderboard
-from zoomattn.reporting.tables import model_label
+from zoomattn.reporting.opamp import model_label
 
 LEADERBOARD = "leaderboard"
 

@@ -14,13 +14,14 @@ from pathlib import Path
 import pandas as pd
 
 from zoomattn import grid
-from zoomattn.reporting import lkg, mudaf, published, rectification, tables
+from zoomattn.reporting import lkg, mudaf, opamp, rectification
 from zoomattn.reporting import published_lkg as paper_lkg
 from zoomattn.reporting import published_mudaf as paper_mudaf
 from zoomattn.reporting import published_rectification as paper_rect
 from zoomattn.reporting.common import tables as common_tables
 from zoomattn.reporting.common.html_tables import write_table_html
 from zoomattn.reporting.mudaf_heads import mudaf_cells
+from zoomattn.reporting.opamp import published
 
 OPAMP = "opamp"
 PAPERS = {OPAMP: "OpAmp", grid.RECT: "Rectification", grid.MUDAF: "MuDAF", grid.LKG: "LKG-RALM"}
@@ -83,14 +84,14 @@ def _line(paper, table, row, benchmark, split, column, real, score, lo, hi, pub)
 
 
 def _opamp_numbers(spec: dict, evals: list[dict]) -> list[dict]:
-    """Tables 3-5 by ``published.lookup``, rows labelled by ``tables.model_label``."""
+    """Tables 3-5 by ``published.lookup``, rows labelled by ``opamp.model_label``."""
     benchmarks = spec.get("benchmarks") or {}
     ev = _evals_of(evals, spec, OPAMP, benchmarks)
     if not ev:
         return []
     ev = [{**e, "noise_ratio": e.get("noise_ratio", _num(e["split"][1:]))} for e in ev]
     out = []
-    for r in tables.scores_frame(ev).itertuples():
+    for r in opamp.scores_frame(ev).itertuples():
         col = published.column(r.benchmark, benchmarks[r.benchmark])
         pub = published.lookup(col, r.label, r.noise, r.subset) if col else None
         if pub is None:

@@ -37,7 +37,7 @@ def report(
     results: Path,
 ) -> None:
     from zoomattn.io import atomic_dir
-    from zoomattn.reporting.build import build_report
+    from zoomattn.reporting.opamp import build_report
 
     with job_run(spec, "report", "opamp", results) as run, atomic_dir(out) as tmp:
         build_report(

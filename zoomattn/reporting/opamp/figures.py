@@ -8,7 +8,6 @@ import math
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from zoomattn.reporting import published
 from zoomattn.reporting.common.plotting import (
     empty_panel,
     gap_legend,
@@ -16,7 +15,8 @@ from zoomattn.reporting.common.plotting import (
     mark_gaps,
     save,
 )
-from zoomattn.reporting.tables import label_order
+from zoomattn.reporting.opamp import published
+from zoomattn.reporting.opamp.tables import label_order
 
 
 def _k_labels(labels) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zoomattn.reporting import figures, published, tables
+from zoomattn.reporting.opamp import figures, published, tables
 
 
 def _write(t, out: Path, name: str, title: str) -> str:

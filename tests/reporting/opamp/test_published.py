@@ -1,6 +1,6 @@
 import pandas as pd
 
-from zoomattn.reporting import published, tables
+from zoomattn.reporting.opamp import published, tables
 
 
 def test_lookup_reads_table4_by_noise_table3_at_zero_and_table5_by_subset():

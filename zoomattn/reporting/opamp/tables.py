@@ -6,8 +6,8 @@ import math
 
 import pandas as pd
 
-from zoomattn.reporting import published
 from zoomattn.reporting.common.tables import cell
+from zoomattn.reporting.opamp import published
 
 
 def model_label(model: str) -> str:
