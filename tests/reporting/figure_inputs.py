@@ -12,9 +12,9 @@ from tests.reporting.test_retrieval_figures import _masking, _scores
 from zoomattn.reporting import diagnostics, leaderboard, lkg_figures
 from zoomattn.reporting import mudaf_figures as mudaf
 from zoomattn.reporting import published_lkg as paper_lkg
-from zoomattn.reporting import rectification_figures as rect
 from zoomattn.reporting import retrieval_figures as retrieval
 from zoomattn.reporting.opamp import figures
+from zoomattn.reporting.rectification import figures as rect
 
 CAPTION = (
     "preset smoke, seeds 0, 1 and 2, 95% bootstrap CI over seeds and examples; retrieval "
@@ -46,7 +46,7 @@ def per_bench_rows(rows: list[str]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-# --- OpAmp (figures.py) ---
+# --- OpAmp (opamp/figures.py) ---
 
 
 def ksweep(out):
@@ -277,14 +277,14 @@ def head_patterns(out):
 
 
 FIGURES = {  # the drawing function (module.name) -> its input here
-    "figures.ksweep": ksweep,
-    "figures.noise_curves": noise_curves,
-    "figures.golden_share": golden_share,
-    "rectification_figures.xi_curves": xi_curves,
-    "rectification_figures.published_curves": published_curves,
-    "rectification_figures.answer_gap": answer_gap,
-    "rectification_figures.g_variants": g_variants,
-    "rectification_figures.margin": margin,
+    "opamp.figures.ksweep": ksweep,
+    "opamp.figures.noise_curves": noise_curves,
+    "opamp.figures.golden_share": golden_share,
+    "rectification.figures.xi_curves": xi_curves,
+    "rectification.figures.published_curves": published_curves,
+    "rectification.figures.answer_gap": answer_gap,
+    "rectification.figures.g_variants": g_variants,
+    "rectification.figures.margin": margin,
     "mudaf_figures.head_sweep": head_sweep,
     "mudaf_figures.target_heads": target_heads,
     "mudaf_figures.delta_maps": delta_maps,

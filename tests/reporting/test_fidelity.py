@@ -5,10 +5,10 @@ import pandas as pd
 import pytest
 
 from zoomattn.reporting import published_mudaf as paper_mudaf
-from zoomattn.reporting import published_rectification as paper_rect
 from zoomattn.reporting.claims import claims
 from zoomattn.reporting.fidelity import fidelity_numbers, write_fidelity
 from zoomattn.reporting.opamp import published
+from zoomattn.reporting.rectification import published as paper_rect
 
 N = 40  # examples per eval set
 OPAMP_BENCHMARKS = {

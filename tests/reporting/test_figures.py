@@ -16,11 +16,11 @@ from zoomattn.reporting import (
     leaderboard,
     lkg_figures,
     mudaf_figures,
-    rectification_figures,
     retrieval_figures,
 )
 from zoomattn.reporting.common.plotting import NO_DATA, notes
 from zoomattn.reporting.opamp import figures
+from zoomattn.reporting.rectification import figures as rectification_figures
 
 FIGURE_MODULES = (diagnostics, figures, leaderboard, lkg_figures, mudaf_figures)
 FIGURE_MODULES += (rectification_figures, retrieval_figures)
@@ -119,7 +119,7 @@ def test_every_panel_without_data_says_so(fig):
 
 
 def test_flat_scores_get_the_limits_of_equal_values_not_a_magnified_view(drawn):
-    varying, flat = panels(drawn("rectification_figures.xi_curves"))
+    varying, flat = panels(drawn("rectification.figures.xi_curves"))
     assert flat.get_title().startswith("flat_like")
     assert flat.get_ylim() == pytest.approx((-0.05, 0.05))
     assert varying.get_ylim()[1] - varying.get_ylim()[0] > 1
@@ -200,8 +200,8 @@ def gap_markers(ax):
 @pytest.mark.parametrize(
     "name, where",
     [
-        ("figures.golden_share", [inputs.GAPS_AT, inputs.GAPS_AT]),  # base and QLoRA
-        ("figures.noise_curves", [[0.5]]),
+        ("opamp.figures.golden_share", [inputs.GAPS_AT, inputs.GAPS_AT]),  # base and QLoRA
+        ("opamp.figures.noise_curves", [[0.5]]),
         ("lkg_figures.robustness", [[2]]),
         ("diagnostics.plot_golden_share", [[2], [2]]),  # the first panel: base and its model
     ],
@@ -227,7 +227,7 @@ def test_a_missing_horizontal_bar_is_marked_on_its_row(drawn):
 
 
 def test_marking_a_gap_leaves_the_lines_colours_as_they_were(drawn):
-    ax = panels(drawn("figures.golden_share"))[0]
+    ax = panels(drawn("opamp.figures.golden_share"))[0]
     lines = [line for line in ax.lines if line.get_gid() != NO_DATA][:2]
     marks = gap_markers(ax)
     for artists, colour_of in ((lines, Line2D.get_color), (marks, Line2D.get_markeredgecolor)):
@@ -235,7 +235,7 @@ def test_marking_a_gap_leaves_the_lines_colours_as_they_were(drawn):
 
 
 def test_the_same_inputs_give_the_same_png_bytes(drawn, tmp_path):
-    name = "figures.golden_share"  # wrapped titles, gap markers, two legends
+    name = "opamp.figures.golden_share"  # wrapped titles, gap markers, two legends
     draw(inputs.FIGURES[name], tmp_path)
     png = drawn.png(name)
     assert png.read_bytes() == (tmp_path / png.name).read_bytes()
@@ -244,7 +244,7 @@ def test_the_same_inputs_give_the_same_png_bytes(drawn, tmp_path):
 def test_every_figure_function_has_an_input_here():
     """A figure function (one that takes a ``path``) without an input would skip these checks."""
     drawing = {
-        f"{module.__name__.rsplit('.', 1)[1]}.{name}"
+        f"{module.__name__.removeprefix('zoomattn.reporting.')}.{name}"
         for module in FIGURE_MODULES
         for name, f in vars(module).items()
         if inspect.isfunction(f)

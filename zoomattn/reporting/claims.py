@@ -18,7 +18,6 @@ from zoomattn import grid
 from zoomattn.reporting import lkg, mudaf
 from zoomattn.reporting import published_lkg as paper_lkg
 from zoomattn.reporting import published_mudaf as paper_mudaf
-from zoomattn.reporting import published_rectification as paper_rect
 from zoomattn.reporting.common import bootstrap
 from zoomattn.reporting.fidelity import (
     CLAIM_COLUMNS,
@@ -35,6 +34,7 @@ from zoomattn.reporting.fidelity import (
 )
 from zoomattn.reporting.mudaf_heads import mudaf_cells
 from zoomattn.reporting.opamp import published
+from zoomattn.reporting.rectification import published as paper_rect
 
 # ---- sides and tests ---------------------------------------------------------------------------
 

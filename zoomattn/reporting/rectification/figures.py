@@ -9,7 +9,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from zoomattn.reporting import published_rectification as paper
 from zoomattn.reporting.common.plotting import (
     empty_panel,
     errorbar,
@@ -18,6 +17,7 @@ from zoomattn.reporting.common.plotting import (
     save_with_legend,
 )
 from zoomattn.reporting.common.tables import SCORES
+from zoomattn.reporting.rectification import published as paper
 
 BASE_NAME = "base (no fine-tune)"  # the "vanilla" row; not to be confused with the placement
 

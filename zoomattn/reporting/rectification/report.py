@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from zoomattn.reporting import published_rectification as paper
-from zoomattn.reporting import rectification_figures as figures
 from zoomattn.reporting.common import tables
 from zoomattn.reporting.common.tables import (
     GAPS,
@@ -24,6 +22,8 @@ from zoomattn.reporting.common.tables import (
     wide,
     write_table,
 )
+from zoomattn.reporting.rectification import figures
+from zoomattn.reporting.rectification import published as paper
 
 BASE_ROW = "vanilla"  # the paper's name for the base model without fine-tuning
 LORA_ROW = "LoRA"

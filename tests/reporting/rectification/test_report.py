@@ -2,8 +2,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from zoomattn.reporting import published_rectification as paper
 from zoomattn.reporting.rectification import build_report
+from zoomattn.reporting.rectification import published as paper
 
 RUNS = {  # run -> (method, values)
     "qlora": ("qlora", {}),
