@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from tests.reporting.test_retrieval_figures import _masking, _scores
+from tests.reporting.mudaf.test_retrieval_figures import _masking, _scores
 from zoomattn.reporting import diagnostics, leaderboard, lkg_figures
-from zoomattn.reporting import mudaf_figures as mudaf
 from zoomattn.reporting import published_lkg as paper_lkg
-from zoomattn.reporting import retrieval_figures as retrieval
+from zoomattn.reporting.mudaf import figures as mudaf
+from zoomattn.reporting.mudaf import retrieval_figures as retrieval
 from zoomattn.reporting.opamp import figures
 from zoomattn.reporting.rectification import figures as rect
 
@@ -285,13 +285,13 @@ FIGURES = {  # the drawing function (module.name) -> its input here
     "rectification.figures.answer_gap": answer_gap,
     "rectification.figures.g_variants": g_variants,
     "rectification.figures.margin": margin,
-    "mudaf_figures.head_sweep": head_sweep,
-    "mudaf_figures.target_heads": target_heads,
-    "mudaf_figures.delta_maps": delta_maps,
-    "mudaf_figures.across_methods": across_methods,
-    "retrieval_figures.plot_retrieval_curve": retrieval_curve,
-    "retrieval_figures.plot_retrieval_heatmap": retrieval_heatmap,
-    "retrieval_figures.plot_masking": masking,
+    "mudaf.figures.head_sweep": head_sweep,
+    "mudaf.figures.target_heads": target_heads,
+    "mudaf.figures.delta_maps": delta_maps,
+    "mudaf.figures.across_methods": across_methods,
+    "mudaf.retrieval_figures.plot_retrieval_curve": retrieval_curve,
+    "mudaf.retrieval_figures.plot_retrieval_heatmap": retrieval_heatmap,
+    "mudaf.retrieval_figures.plot_masking": masking,
     "leaderboard.plot": leaderboard_plot,
     "diagnostics.plot_golden_share": diag_golden_share,
     "diagnostics.plot_answer_gap": diag_answer_gap,

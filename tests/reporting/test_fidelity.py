@@ -4,9 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from zoomattn.reporting import published_mudaf as paper_mudaf
 from zoomattn.reporting.claims import claims
 from zoomattn.reporting.fidelity import fidelity_numbers, write_fidelity
+from zoomattn.reporting.mudaf import published as paper_mudaf
 from zoomattn.reporting.opamp import published
 from zoomattn.reporting.rectification import published as paper_rect
 

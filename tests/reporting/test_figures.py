@@ -15,10 +15,10 @@ from zoomattn.reporting import (
     diagnostics,
     leaderboard,
     lkg_figures,
-    mudaf_figures,
-    retrieval_figures,
 )
 from zoomattn.reporting.common.plotting import NO_DATA, notes
+from zoomattn.reporting.mudaf import figures as mudaf_figures
+from zoomattn.reporting.mudaf import retrieval_figures
 from zoomattn.reporting.opamp import figures
 from zoomattn.reporting.rectification import figures as rectification_figures
 
@@ -181,7 +181,7 @@ def zero_notes(ax) -> list[str]:
 
 @pytest.mark.parametrize(
     "name, zero_panel",
-    [("diagnostics.plot_retrieval_heads", 0), ("mudaf_figures.target_heads", 1)],
+    [("diagnostics.plot_retrieval_heads", 0), ("mudaf.figures.target_heads", 1)],
 )
 def test_a_panel_of_zero_length_bars_says_every_value_is_zero(drawn, name, zero_panel):
     assert [bool(zero_notes(ax)) for ax in panels(drawn(name))] == [
@@ -190,7 +190,7 @@ def test_a_panel_of_zero_length_bars_says_every_value_is_zero(drawn, name, zero_
 
 
 def test_bars_with_a_nonzero_value_carry_no_zero_note(drawn):
-    assert not zero_notes(panels(drawn("mudaf_figures.across_methods"))[0])
+    assert not zero_notes(panels(drawn("mudaf.figures.across_methods"))[0])
 
 
 def gap_markers(ax):
@@ -216,12 +216,12 @@ def test_a_missing_point_is_a_hollow_marker_at_its_x_named_last_in_the_legend(dr
 
 
 def test_a_missing_bar_is_a_hollow_marker_in_its_slot(drawn):
-    (mark,) = gap_markers(panels(drawn("mudaf_figures.target_heads"))[0])
+    (mark,) = gap_markers(panels(drawn("mudaf.figures.target_heads"))[0])
     assert list(mark.get_xdata()) == pytest.approx([1 + 0.27])  # head 1-1, Vanilla-SFT's bar
 
 
 def test_a_missing_horizontal_bar_is_marked_on_its_row(drawn):
-    marks = gap_markers(panels(drawn("mudaf_figures.across_methods"))[0])
+    marks = gap_markers(panels(drawn("mudaf.figures.across_methods"))[0])
     rows = sorted(y for m in marks for y in m.get_ydata())
     assert rows == pytest.approx([0 - 0.2, 0 + 0.2])  # the last model, both its bars
 

@@ -17,7 +17,6 @@ import pandas as pd
 from zoomattn import grid
 from zoomattn.reporting import lkg, mudaf
 from zoomattn.reporting import published_lkg as paper_lkg
-from zoomattn.reporting import published_mudaf as paper_mudaf
 from zoomattn.reporting.common import bootstrap
 from zoomattn.reporting.fidelity import (
     CLAIM_COLUMNS,
@@ -32,7 +31,8 @@ from zoomattn.reporting.fidelity import (
     _num,
     _study_spec,
 )
-from zoomattn.reporting.mudaf_heads import mudaf_cells
+from zoomattn.reporting.mudaf import mudaf_cells
+from zoomattn.reporting.mudaf import published as paper_mudaf
 from zoomattn.reporting.opamp import published
 from zoomattn.reporting.rectification import published as paper_rect
 

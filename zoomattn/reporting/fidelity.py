@@ -16,10 +16,10 @@ import pandas as pd
 from zoomattn import grid
 from zoomattn.reporting import lkg, mudaf, opamp, rectification
 from zoomattn.reporting import published_lkg as paper_lkg
-from zoomattn.reporting import published_mudaf as paper_mudaf
 from zoomattn.reporting.common import tables as common_tables
 from zoomattn.reporting.common.html_tables import write_table_html
-from zoomattn.reporting.mudaf_heads import mudaf_cells
+from zoomattn.reporting.mudaf import mudaf_cells
+from zoomattn.reporting.mudaf import published as paper_mudaf
 from zoomattn.reporting.opamp import published
 from zoomattn.reporting.rectification import published as paper_rect
 

@@ -2,9 +2,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from zoomattn.reporting import published_mudaf as paper
 from zoomattn.reporting.mudaf import build_report, roles, sweep_rows
-from zoomattn.reporting.mudaf_heads import mudaf_cells
+from zoomattn.reporting.mudaf import published as paper
+from zoomattn.reporting.mudaf.heads import mudaf_cells
 
 BASE_F1 = np.array([[0.1, 0.5, 0.2, 0.0], [0.05, 0.3, 0.0, 0.02]])  # 2 layers x 4 heads
 DELTA = {  # run -> retrieval-score change against the base

@@ -1,4 +1,4 @@
-"""Figures of the MuDAF part beside ``retrieval_figures`` (Fig. 3/4): the head-count sweep
+"""Figures of the MuDAF part beside ``retrieval_figures`` (Figs. 3/4): the head-count sweep
 (Table 4), the target heads before/after (Figs. 5/6), the whole-layer effect (App. C) and the
 retrieval heads of every model of the grid. Ours only: the paper's numbers stay in tables."""
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from matplotlib.collections import PolyCollection
 
-from zoomattn.reporting.retrieval_figures import (
+from zoomattn.reporting.mudaf.retrieval_figures import (
     plot_masking,
     plot_retrieval_curve,
     plot_retrieval_heatmap,

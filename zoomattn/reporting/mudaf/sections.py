@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from zoomattn.reporting import mudaf_figures as figures
-from zoomattn.reporting import mudaf_heads as heads_of
-from zoomattn.reporting import published_mudaf as paper
-from zoomattn.reporting.retrieval_figures import (
+from zoomattn.reporting.mudaf import figures
+from zoomattn.reporting.mudaf import heads as heads_of
+from zoomattn.reporting.mudaf import published as paper
+from zoomattn.reporting.mudaf.retrieval_figures import (
     plot_masking,
     plot_retrieval_curve,
     plot_retrieval_heatmap,

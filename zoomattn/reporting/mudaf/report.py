@@ -12,10 +12,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from zoomattn.reporting import mudaf_analyses as sections
-from zoomattn.reporting import mudaf_figures as figures
-from zoomattn.reporting import mudaf_heads as heads_of
-from zoomattn.reporting import published_mudaf as paper
 from zoomattn.reporting.common.tables import (
     Row,
     cell,
@@ -25,7 +21,10 @@ from zoomattn.reporting.common.tables import (
     wide,
     write_table,
 )
-from zoomattn.reporting.mudaf_heads import Cell, mudaf_cells
+from zoomattn.reporting.mudaf import figures, sections
+from zoomattn.reporting.mudaf import heads as heads_of
+from zoomattn.reporting.mudaf import published as paper
+from zoomattn.reporting.mudaf.heads import Cell, mudaf_cells
 
 BASE_ROW = "base (no fine-tune)"
 STRONG = 8  # the paper's head count: Table 2's MuDAF row is the strong cell closest to it
