@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 
 from tests.reporting.mudaf.test_retrieval_figures import _masking, _scores
-from zoomattn.reporting import diagnostics, leaderboard, lkg_figures
-from zoomattn.reporting import published_lkg as paper_lkg
+from zoomattn.reporting import diagnostics, leaderboard
+from zoomattn.reporting.lkg import figures as lkg_figures
+from zoomattn.reporting.lkg import published as paper_lkg
 from zoomattn.reporting.mudaf import figures as mudaf
 from zoomattn.reporting.mudaf import retrieval_figures as retrieval
 from zoomattn.reporting.opamp import figures
@@ -298,6 +299,6 @@ FIGURES = {  # the drawing function (module.name) -> its input here
     "diagnostics.plot_retrieval_heads": diag_retrieval_heads,
     "diagnostics.plot_common_answer_gap": diag_common_answer_gap,
     "diagnostics.plot_head_patterns": diag_head_patterns,
-    "lkg_figures.robustness": robustness,
-    "lkg_figures.head_patterns": head_patterns,
+    "lkg.figures.robustness": robustness,
+    "lkg.figures.head_patterns": head_patterns,
 }

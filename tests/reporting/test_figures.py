@@ -14,9 +14,9 @@ from tests.reporting import figure_inputs as inputs
 from zoomattn.reporting import (
     diagnostics,
     leaderboard,
-    lkg_figures,
 )
 from zoomattn.reporting.common.plotting import NO_DATA, notes
+from zoomattn.reporting.lkg import figures as lkg_figures
 from zoomattn.reporting.mudaf import figures as mudaf_figures
 from zoomattn.reporting.mudaf import retrieval_figures
 from zoomattn.reporting.opamp import figures
@@ -202,7 +202,7 @@ def gap_markers(ax):
     [
         ("opamp.figures.golden_share", [inputs.GAPS_AT, inputs.GAPS_AT]),  # base and QLoRA
         ("opamp.figures.noise_curves", [[0.5]]),
-        ("lkg_figures.robustness", [[2]]),
+        ("lkg.figures.robustness", [[2]]),
         ("diagnostics.plot_golden_share", [[2], [2]]),  # the first panel: base and its model
     ],
 )

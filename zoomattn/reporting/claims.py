@@ -16,7 +16,6 @@ import pandas as pd
 
 from zoomattn import grid
 from zoomattn.reporting import lkg, mudaf
-from zoomattn.reporting import published_lkg as paper_lkg
 from zoomattn.reporting.common import bootstrap
 from zoomattn.reporting.fidelity import (
     CLAIM_COLUMNS,
@@ -31,6 +30,7 @@ from zoomattn.reporting.fidelity import (
     _num,
     _study_spec,
 )
+from zoomattn.reporting.lkg import published as paper_lkg
 from zoomattn.reporting.mudaf import mudaf_cells
 from zoomattn.reporting.mudaf import published as paper_mudaf
 from zoomattn.reporting.opamp import published

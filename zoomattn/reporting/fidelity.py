@@ -15,9 +15,9 @@ import pandas as pd
 
 from zoomattn import grid
 from zoomattn.reporting import lkg, mudaf, opamp, rectification
-from zoomattn.reporting import published_lkg as paper_lkg
 from zoomattn.reporting.common import tables as common_tables
 from zoomattn.reporting.common.html_tables import write_table_html
+from zoomattn.reporting.lkg import published as paper_lkg
 from zoomattn.reporting.mudaf import mudaf_cells
 from zoomattn.reporting.mudaf import published as paper_mudaf
 from zoomattn.reporting.opamp import published

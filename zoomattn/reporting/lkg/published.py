@@ -1,8 +1,10 @@
-"""Published numbers of the LKG-RALM paper (GRID.md §4; /work/shared/papers/lkg-ralm.txt), exact
-match ×100 at paper scale, and the points of its charts that its text states.
+"""Published numbers of the LKG-RALM paper (GRID.md §4), exact match ×100 at paper scale, and the
+points of its charts that its text states. The paper: Shi, Chen, Li, Zhao, Zhang, Chen et al.,
+"Making RALM Robust to Irrelevant Contexts via Layer Knowledge Guided Attention" (HKUST, Alibaba
+Group; LLaMA-3.1-8B and -70B backbones).
 
-Rows are keyed by our Table 2 row labels, columns by the paper's benchmark names. Page numbers are
-not in the text we have: each number cites its table, figure or section. Our benchmarks (tiny and
+Rows are keyed by our Table 2 row labels, columns by the paper's benchmark names. Each number
+cites its table, figure or section (the text we read has no page numbers). Our benchmarks (tiny and
 smoke presets: synthetic analogues) are printed beside these, never mixed into one number.
 """
 
@@ -14,7 +16,7 @@ MODEL = "Llama-3.1-8B"
 SOURCE = f"published, {MODEL}, paper scale (LKG-RALM paper)"
 COLUMNS = ("NQ", "TriviaQA", "HotpotQA", "PopQA", "2WikiMQA")
 
-# Our row labels (derived from a cell's method and values in reporting/lkg.py)
+# Our row labels (derived from a cell's method and values in reporting/lkg/table2.py)
 BASE_ROW = "+ Retrieval (base)"
 FT_ROW = "+ Fine-tuning (LoRA)"
 FULL_ROW = "LKG-RALM"

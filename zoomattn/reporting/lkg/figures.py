@@ -14,9 +14,9 @@ import pandas as pd
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
-from zoomattn.reporting import published_lkg as paper
 from zoomattn.reporting.common.plotting import empty_panel, legend_entries, mark_gaps, save
 from zoomattn.reporting.common.tables import cell
+from zoomattn.reporting.lkg import published as paper
 
 CLASSES = ("edge", "uniform", "middle", "other")  # evaluation/head_patterns.py's order
 CLASS_COLOURS = {"edge": "tab:blue", "uniform": "tab:orange", "middle": "tab:green"}

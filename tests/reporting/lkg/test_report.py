@@ -6,8 +6,9 @@ import json
 import pandas as pd
 import pytest
 
-from zoomattn.reporting import published_lkg as paper
-from zoomattn.reporting.lkg import build_report, parse_split, table2_rows
+from zoomattn.reporting.lkg import build_report, table2_rows
+from zoomattn.reporting.lkg import published as paper
+from zoomattn.reporting.lkg.table2 import parse_split
 from zoomattn.stages.reports import _train_metrics
 
 RUNS = {  # run -> (method, values), in config order
