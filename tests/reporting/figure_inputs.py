@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from tests.reporting.mudaf.test_retrieval_figures import _masking, _scores
-from zoomattn.reporting import diagnostics, leaderboard
+from zoomattn.reporting.leaderboard import diagnostics
+from zoomattn.reporting.leaderboard import table as leaderboard
 from zoomattn.reporting.lkg import figures as lkg_figures
 from zoomattn.reporting.lkg import published as paper_lkg
 from zoomattn.reporting.mudaf import figures as mudaf
@@ -293,12 +294,12 @@ FIGURES = {  # the drawing function (module.name) -> its input here
     "mudaf.retrieval_figures.plot_retrieval_curve": retrieval_curve,
     "mudaf.retrieval_figures.plot_retrieval_heatmap": retrieval_heatmap,
     "mudaf.retrieval_figures.plot_masking": masking,
-    "leaderboard.plot": leaderboard_plot,
-    "diagnostics.plot_golden_share": diag_golden_share,
-    "diagnostics.plot_answer_gap": diag_answer_gap,
-    "diagnostics.plot_retrieval_heads": diag_retrieval_heads,
-    "diagnostics.plot_common_answer_gap": diag_common_answer_gap,
-    "diagnostics.plot_head_patterns": diag_head_patterns,
+    "leaderboard.table.plot": leaderboard_plot,
+    "leaderboard.diagnostics.plot_golden_share": diag_golden_share,
+    "leaderboard.diagnostics.plot_answer_gap": diag_answer_gap,
+    "leaderboard.diagnostics.plot_retrieval_heads": diag_retrieval_heads,
+    "leaderboard.diagnostics.plot_common_answer_gap": diag_common_answer_gap,
+    "leaderboard.diagnostics.plot_head_patterns": diag_head_patterns,
     "lkg.figures.robustness": robustness,
     "lkg.figures.head_patterns": head_patterns,
 }

@@ -11,11 +11,9 @@ from matplotlib.colors import to_hex
 from matplotlib.lines import Line2D
 
 from tests.reporting import figure_inputs as inputs
-from zoomattn.reporting import (
-    diagnostics,
-    leaderboard,
-)
 from zoomattn.reporting.common.plotting import NO_DATA, notes
+from zoomattn.reporting.leaderboard import diagnostics
+from zoomattn.reporting.leaderboard import table as leaderboard
 from zoomattn.reporting.lkg import figures as lkg_figures
 from zoomattn.reporting.mudaf import figures as mudaf_figures
 from zoomattn.reporting.mudaf import retrieval_figures
@@ -171,7 +169,7 @@ def test_a_panel_with_nothing_to_draw_says_why_in_the_panel(case, tmp_path):
 
 
 def test_a_benchmark_without_leaderboard_cells_gets_a_panel_saying_so(drawn):
-    fig = drawn("leaderboard.plot")
+    fig = drawn("leaderboard.table.plot")
     assert empty_notes(fig) == {"no data: no leaderboard cell of multi_noisy"}
 
 
@@ -181,7 +179,7 @@ def zero_notes(ax) -> list[str]:
 
 @pytest.mark.parametrize(
     "name, zero_panel",
-    [("diagnostics.plot_retrieval_heads", 0), ("mudaf.figures.target_heads", 1)],
+    [("leaderboard.diagnostics.plot_retrieval_heads", 0), ("mudaf.figures.target_heads", 1)],
 )
 def test_a_panel_of_zero_length_bars_says_every_value_is_zero(drawn, name, zero_panel):
     assert [bool(zero_notes(ax)) for ax in panels(drawn(name))] == [
@@ -203,7 +201,10 @@ def gap_markers(ax):
         ("opamp.figures.golden_share", [inputs.GAPS_AT, inputs.GAPS_AT]),  # base and QLoRA
         ("opamp.figures.noise_curves", [[0.5]]),
         ("lkg.figures.robustness", [[2]]),
-        ("diagnostics.plot_golden_share", [[2], [2]]),  # the first panel: base and its model
+        (
+            "leaderboard.diagnostics.plot_golden_share",
+            [[2], [2]],
+        ),  # the first panel: base and its model
     ],
 )
 def test_a_missing_point_is_a_hollow_marker_at_its_x_named_last_in_the_legend(drawn, name, where):

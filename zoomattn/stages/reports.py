@@ -130,7 +130,7 @@ def leaderboard_report(
     results: Path,
 ) -> None:
     from zoomattn.io import atomic_dir
-    from zoomattn.reporting.cross import build_cross_report
+    from zoomattn.reporting.leaderboard import build_cross_report
     from zoomattn.tracking import git_commit
 
     with job_run(spec, "report", "leaderboard", results) as run, atomic_dir(out) as tmp:
@@ -171,7 +171,7 @@ def regenerate(config_files: list[Path], out: Path, preset: str | None = None) -
     ``--config preset=NAME`` does."""
     from zoomattn import grid
     from zoomattn.config import load_config, read_configs
-    from zoomattn.reporting.cross import build_cross_report
+    from zoomattn.reporting.leaderboard import build_cross_report
     from zoomattn.tracking import git_commit
 
     cfg = load_config(read_configs(config_files, preset))

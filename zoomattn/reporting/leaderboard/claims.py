@@ -17,24 +17,25 @@ import pandas as pd
 from zoomattn import grid
 from zoomattn.reporting import lkg, mudaf
 from zoomattn.reporting.common import bootstrap
-from zoomattn.reporting.fidelity import (
-    CLAIM_COLUMNS,
+from zoomattn.reporting.leaderboard.slices import (
     OPAMP,
     PAPERS,
-    PLACE_FLIP,
-    SATURATION_SLACK,
-    VERDICT,
-    _base,
-    _block,
-    _cells,
-    _num,
-    _study_spec,
+    base_of,
+    block_of,
+    cells_of,
+    number,
+    study_spec,
 )
 from zoomattn.reporting.lkg import published as paper_lkg
-from zoomattn.reporting.mudaf import mudaf_cells
 from zoomattn.reporting.mudaf import published as paper_mudaf
 from zoomattn.reporting.opamp import published
 from zoomattn.reporting.rectification import published as paper_rect
+
+CLAIM_COLUMNS = ["paper", "table", "claim", "ours", "verdict_ours", "published"]
+CLAIM_COLUMNS += ["verdict_published", "difference", "diff_ci_low", "diff_ci_high", "examples"]
+VERDICT = {"higher": "holds", "lower": "contradicted", "n.s.": "not shown"}
+SATURATION_SLACK = 1.0  # points: the paper's "not much improvement" beyond 8 heads
+PLACE_FLIP = ("reverse", "vanilla")  # rectification: the placement claimed better, the other
 
 # ---- sides and tests ---------------------------------------------------------------------------
 
@@ -143,14 +144,14 @@ def _same(sets: list[Set]) -> list[tuple[Set, Set]]:
 
 def _opamp_claims(spec: dict, predictions: dict) -> list[Claim]:
     benchmarks = spec.get("benchmarks") or {}
-    cells = _cells(spec, OPAMP)
+    cells = cells_of(spec, OPAMP)
     every = grid.opamp_splits({"benchmarks": benchmarks})
     noisy = [s for s in every if s[1] == "r0.9"]
     faith = [s for s in every if published.column(s[0], benchmarks[s[0]]) == "FaithEval"]
 
     def side(method: str, k: float | None, sets: list[Set]) -> Side:
         def keep(c: dict) -> bool:
-            return k is None or _num((c.get("values") or {}).get("K")) == k
+            return k is None or number((c.get("values") or {}).get("K")) == k
 
         return _side(
             {m: c for m, c in cells.items() if c.get("method") == method and keep(c)}, sets
@@ -177,8 +178,8 @@ def _opamp_claims(spec: dict, predictions: dict) -> list[Claim]:
 
 
 def _rect_claims(spec: dict, predictions: dict) -> list[Claim]:
-    cells = _cells(spec, grid.RECT)
-    sets = grid.study_splits({grid.RECT: _block(spec, grid.RECT)}, grid.RECT)
+    cells = cells_of(spec, grid.RECT)
+    sets = grid.study_splits({grid.RECT: block_of(spec, grid.RECT)}, grid.RECT)
 
     def side(keep, at: list[Set] = sets) -> Side:
         chosen = {m: c for m, c in cells.items() if keep(c, c.get("values") or {})}
@@ -190,7 +191,7 @@ def _rect_claims(spec: dict, predictions: dict) -> list[Claim]:
     def lora(c: dict, _: dict) -> bool:
         return c.get("method") == "qlora"
 
-    base = Side(({s: _base(spec, grid.RECT) for s in sets},))
+    base = Side(({s: base_of(spec, grid.RECT) for s in sets},))
     flips = [(r, v) for r in sets for v in sets if r[0] == v[0] and (r[1], v[1]) == PLACE_FLIP]
     t1, cols = paper_rect.TABLE1, len(paper_rect.COLUMNS)
     xi_pub = _mean([t1[r][-1] for r in paper_rect.XI_ROWS if float(r[2:]) >= 3])
@@ -208,14 +209,14 @@ def _rect_claims(spec: dict, predictions: dict) -> list[Claim]:
 
 def _xi(values: dict) -> float:
     """A cell's numeric ξ (-inf for ``auto``: resolved per base, no sweep value)."""
-    xi = _num(values.get("xi"))
+    xi = number(values.get("xi"))
     return -np.inf if xi is None else xi
 
 
 def _mudaf_claims(spec: dict, predictions: dict) -> list[Claim | dict]:
-    sub = _study_spec(spec, grid.MUDAF)
+    sub = study_spec(spec, grid.MUDAF)
     sets = grid.study_splits({grid.MUDAF: sub[grid.MUDAF]}, grid.MUDAF)
-    cells = mudaf_cells(sub)
+    cells = mudaf.mudaf_cells(sub)
     roles = mudaf.roles(cells)
 
     def side(keep) -> Side:
@@ -262,8 +263,8 @@ def _saturation(predictions: dict, heads, above: list[int], pairs) -> dict:
 
 
 def _lkg_claims(spec: dict, predictions: dict) -> list[Claim]:
-    sets = grid.study_splits({grid.LKG: _block(spec, grid.LKG)}, grid.LKG)
-    cells = _cells(spec, grid.LKG)
+    sets = grid.study_splits({grid.LKG: block_of(spec, grid.LKG)}, grid.LKG)
+    cells = cells_of(spec, grid.LKG)
 
     def side(label: str) -> Side:  # the cells Table 2 names ``label`` (lkg.row_label)
         chosen = {
@@ -300,7 +301,7 @@ def claims(spec: dict, evals: list[dict], predictions: Predictions) -> pd.DataFr
     del evals
     lines = []
     for study, of in CLAIMS.items():
-        present = spec.get("benchmarks") if study == OPAMP else _block(spec, study)
+        present = spec.get("benchmarks") if study == OPAMP else block_of(spec, study)
         for c in of(spec, predictions) if present else []:
             lines.append(c if isinstance(c, dict) else _judge(PAPERS[study], c, predictions))
     return pd.DataFrame([x for x in lines if x], columns=CLAIM_COLUMNS)

@@ -5,7 +5,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from zoomattn.reporting.diagnostics import build_diagnostics, noise_ratio, top_share_mean_f1
+from zoomattn.reporting.leaderboard.diagnostics import (
+    build_diagnostics,
+    noise_ratio,
+    top_share_mean_f1,
+)
 
 CLASSES = ("edge", "uniform", "middle", "other")
 LEAD_OPAMP = ["leaderboard/opamp_s0", "leaderboard/opamp_s1", "leaderboard/opamp_s2"]

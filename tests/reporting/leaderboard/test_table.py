@@ -3,7 +3,13 @@
 import numpy as np
 import pytest
 
-from zoomattn.reporting.leaderboard import MEAN, entry_label, leaderboard, wide, write_leaderboard
+from zoomattn.reporting.leaderboard.table import (
+    MEAN,
+    entry_label,
+    leaderboard,
+    wide,
+    write_leaderboard,
+)
 
 N = 120  # examples per set
 

@@ -4,7 +4,7 @@
 with Δ = ours − published (both at the printed precision). Rows are named, and mapped to the
 paper's rows and columns, by each study report's own helpers, so the two never disagree.
 
-The papers' claims are tested in ``claims.py``, which shares this module's study helpers.
+The papers' claims are tested in ``claims.py``; ``write_fidelity`` writes both tables.
 """
 
 from __future__ import annotations
@@ -17,60 +17,27 @@ from zoomattn import grid
 from zoomattn.reporting import lkg, mudaf, opamp, rectification
 from zoomattn.reporting.common import tables as common_tables
 from zoomattn.reporting.common.html_tables import write_table_html
+from zoomattn.reporting.leaderboard.claims import claims
+from zoomattn.reporting.leaderboard.slices import (
+    OPAMP,
+    PAPERS,
+    block_of,
+    evals_of,
+    number,
+    study_spec,
+)
 from zoomattn.reporting.lkg import published as paper_lkg
-from zoomattn.reporting.mudaf import mudaf_cells
 from zoomattn.reporting.mudaf import published as paper_mudaf
 from zoomattn.reporting.opamp import published
 from zoomattn.reporting.rectification import published as paper_rect
 
-OPAMP = "opamp"
-PAPERS = {OPAMP: "OpAmp", grid.RECT: "Rectification", grid.MUDAF: "MuDAF", grid.LKG: "LKG-RALM"}
 NUMBER_COLUMNS = ["paper", "table", "row", "benchmark", "split", "column", "same_task"]
 NUMBER_COLUMNS += ["ours", "ci_low", "ci_high", "published", "delta"]
-CLAIM_COLUMNS = ["paper", "table", "claim", "ours", "verdict_ours", "published"]
-CLAIM_COLUMNS += ["verdict_published", "difference", "diff_ci_low", "diff_ci_high", "examples"]
-VERDICT = {"higher": "holds", "lower": "contradicted", "n.s.": "not shown"}
 PAPER_COLUMN = {  # study -> benchmark spec -> the paper column it is or mirrors
     grid.RECT: paper_rect.column,
     grid.MUDAF: paper_mudaf.column,
     grid.LKG: paper_lkg.column,
 }
-SATURATION_SLACK = 1.0  # points: the paper's "not much improvement" beyond 8 heads
-PLACE_FLIP = ("reverse", "vanilla")  # rectification: the placement claimed better, the other
-
-
-# ---- the study's slice of the spec --------------------------------------------------------------
-
-
-def _cells(spec: dict, study: str) -> dict[str, dict]:
-    return {m: c for m, c in (spec.get("cells") or {}).items() if c.get("study") == study}
-
-
-def _base(spec: dict, study: str) -> str:
-    return (spec.get("bases") or {}).get(study, "base")
-
-
-def _block(spec: dict, study: str) -> dict | None:
-    return ((spec.get("studies") or {}).get(study)) or None
-
-
-def _study_spec(spec: dict, study: str) -> dict:
-    """The spec a study's own report reads: its block, its cells, its base."""
-    out = {"preset": spec.get("preset"), study: _block(spec, study), "base": _base(spec, study)}
-    out |= {"cells": _cells(spec, study), "clipped_heads": spec.get("clipped_heads") or {}}
-    return out
-
-
-def _evals_of(evals: list[dict], spec: dict, study: str, benchmarks: dict) -> list[dict]:
-    models = {_base(spec, study), *_cells(spec, study)}
-    return [e for e in evals if e["model"] in models and e["benchmark"] in benchmarks]
-
-
-def _num(v) -> float | None:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
 
 
 # ---- fidelity numbers ---------------------------------------------------------------------------
@@ -86,10 +53,10 @@ def _line(paper, table, row, benchmark, split, column, real, score, lo, hi, pub)
 def _opamp_numbers(spec: dict, evals: list[dict]) -> list[dict]:
     """Tables 3-5 by ``published.lookup``, rows labelled by ``opamp.model_label``."""
     benchmarks = spec.get("benchmarks") or {}
-    ev = _evals_of(evals, spec, OPAMP, benchmarks)
+    ev = evals_of(evals, spec, OPAMP, benchmarks)
     if not ev:
         return []
-    ev = [{**e, "noise_ratio": e.get("noise_ratio", _num(e["split"][1:]))} for e in ev]
+    ev = [{**e, "noise_ratio": e.get("noise_ratio", number(e["split"][1:]))} for e in ev]
     out = []
     for r in opamp.scores_frame(ev).itertuples():
         col = published.column(r.benchmark, benchmarks[r.benchmark])
@@ -134,9 +101,9 @@ def _columns(benchmarks: dict, df: pd.DataFrame) -> list[tuple[str, str]]:
 
 def _rect_numbers(spec: dict, evals: list[dict]) -> list[dict]:
     """Table 1: the rectification report's base / LoRA / ξ-sweep rows (g = max)."""
-    benchmarks = dict(_block(spec, grid.RECT).get("benchmarks") or {})
-    sub = _study_spec(spec, grid.RECT)
-    df = common_tables.scores_frame(sub, _evals_of(evals, spec, grid.RECT, benchmarks))
+    benchmarks = dict(block_of(spec, grid.RECT).get("benchmarks") or {})
+    sub = study_spec(spec, grid.RECT)
+    df = common_tables.scores_frame(sub, evals_of(evals, spec, grid.RECT, benchmarks))
     rows = [r for r in rectification.grid_rows(sub, {}) if r.kind in ("base", "lora", "xi")]
     long = common_tables.select(df, rows, _columns(benchmarks, df))
     return _long_numbers(grid.RECT, long, benchmarks, lambda _: "Table 1", paper_rect.lookup)
@@ -144,10 +111,10 @@ def _rect_numbers(spec: dict, evals: list[dict]) -> list[dict]:
 
 def _mudaf_numbers(spec: dict, evals: list[dict]) -> list[dict]:
     """Table 2 (the report's roles) and Table 4 (its head-count sweep rows)."""
-    benchmarks = dict(_block(spec, grid.MUDAF).get("benchmarks") or {})
-    sub = _study_spec(spec, grid.MUDAF)
-    df = common_tables.scores_frame(sub, _evals_of(evals, spec, grid.MUDAF, benchmarks))
-    columns, cells = _columns(benchmarks, df), mudaf_cells(sub)
+    benchmarks = dict(block_of(spec, grid.MUDAF).get("benchmarks") or {})
+    sub = study_spec(spec, grid.MUDAF)
+    df = common_tables.scores_frame(sub, evals_of(evals, spec, grid.MUDAF, benchmarks))
+    columns, cells = _columns(benchmarks, df), mudaf.mudaf_cells(sub)
     Row = common_tables.Row
     t2_rows = [Row(mudaf.BASE_ROW, sub["base"], "base")]
     t2_rows += [Row(role, run, "role") for role, run in mudaf.roles(cells).items()]
@@ -169,9 +136,9 @@ def _mudaf_numbers(spec: dict, evals: list[dict]) -> list[dict]:
 
 def _lkg_numbers(spec: dict, evals: list[dict]) -> list[dict]:
     """Table 1's base and fine-tuning rows and Table 2's ablations, by ``lkg.table2_rows``."""
-    benchmarks = dict(_block(spec, grid.LKG).get("benchmarks") or {})
-    rows = lkg.table2_rows(_study_spec(spec, grid.LKG))
-    df = lkg.scores_frame(rows, _evals_of(evals, spec, grid.LKG, benchmarks))
+    benchmarks = dict(block_of(spec, grid.LKG).get("benchmarks") or {})
+    rows = lkg.table2_rows(study_spec(spec, grid.LKG))
+    df = lkg.scores_frame(rows, evals_of(evals, spec, grid.LKG, benchmarks))
     label = {r.run: r.label for r in rows}
     df = df[df["split"] == lkg.MAIN_SPLIT]
     long = df.assign(row=df["run"].map(label), placement=df["split"])
@@ -194,7 +161,7 @@ def fidelity_numbers(spec: dict, evals: list[dict]) -> pd.DataFrame:
         (grid.MUDAF, _mudaf_numbers),
         (grid.LKG, _lkg_numbers),
     ):
-        if _block(spec, study):
+        if block_of(spec, study):
             lines += numbers(spec, evals)
     return pd.DataFrame(lines, columns=NUMBER_COLUMNS)
 
@@ -212,7 +179,5 @@ def write_fidelity(spec: dict, evals: list[dict], predictions: dict, out: Path) 
     out.mkdir(parents=True, exist_ok=True)
     title = "Our numbers beside the published ones (Δ = ours − published, ×100)"
     _write(fidelity_numbers(spec, evals), out, "fidelity", title)
-    from zoomattn.reporting.claims import claims
-
     title = "The papers' claims in our runs (paired bootstrap over seeds and examples, 95%)"
     _write(claims(spec, evals, predictions), out, "claims", title)

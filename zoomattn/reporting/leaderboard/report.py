@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 from zoomattn.io import read_json
-from zoomattn.reporting.diagnostics import build_diagnostics
-from zoomattn.reporting.fidelity import write_fidelity
-from zoomattn.reporting.leaderboard import entry_label, write_leaderboard
+from zoomattn.reporting.leaderboard.diagnostics import build_diagnostics
+from zoomattn.reporting.leaderboard.fidelity import write_fidelity
+from zoomattn.reporting.leaderboard.table import entry_label, write_leaderboard
 from zoomattn.reporting.opamp import model_label
 
 LEADERBOARD = "leaderboard"

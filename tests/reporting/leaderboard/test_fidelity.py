@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from zoomattn.reporting.claims import claims
-from zoomattn.reporting.fidelity import fidelity_numbers, write_fidelity
+from zoomattn.reporting.leaderboard.claims import claims
+from zoomattn.reporting.leaderboard.fidelity import fidelity_numbers, write_fidelity
 from zoomattn.reporting.mudaf import published as paper_mudaf
 from zoomattn.reporting.opamp import published
 from zoomattn.reporting.rectification import published as paper_rect
