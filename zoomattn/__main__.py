@@ -31,16 +31,12 @@ STAGES = {
     "finetune": ["data_dir", "base_dir", "out", "ckpt"],
     "evaluate": ["model_dir", "base_dir", "split_dir", "out", "predictions"],
     "attention": ["model_dir", "base_dir", "split_dir", "out"],
-    "report": ["base_metrics", "out"],
     "score-margin": ["model_dir", "base_dir", "split_dir", "out"],
-    "rect-report": ["margin", "out"],
     "retrieval-heads": ["model_dir", "base_dir", "split_dir", "out"],
     "head-patterns": ["model_dir", "base_dir", "split_dir", "out"],
     "head-masking": ["model_dir", "base_dir", "split_dir", "scores", "out"],
     "select-heads": ["scores", "out"],
-    "mudaf-report": ["out"],
-    "lkg-report": ["out"],
-    "leaderboard-report": ["out"],
+    "report": ["out"],  # and --study, --inputs
 }
 ENV_RESULTS = "ZOOMATTN_RESULTS"  # the default of every --results
 THREADED = {
@@ -81,18 +77,13 @@ STAGE_HELP = {
     "finetune": "one grid cell (method, setting, seed) fine-tuned on the base model",
     "evaluate": "one model's predictions and score on one evaluation set",
     "attention": "one model's golden-document attention share and answer-token gap",
-    "report": "the OpAmp study's tables and figures",
     "score-margin": "the base's pre-softmax score margins and the xi that covers them",
-    "rect-report": "the rectification study's tables and figures",
     "retrieval-heads": "every head's retrieval score (MuDAF)",
     "head-patterns": "every head's attention pattern: edge, uniform, middle, other (LKG-RALM)",
     "head-masking": "the score with the model's top-k retrieval heads masked vs k random (MuDAF)",
     "select-heads": "MuDAF's target heads for one cell, from the base's retrieval-head scores",
-    "mudaf-report": "the MuDAF study's tables and figures",
-    "lkg-report": "the LKG-RALM study's tables and figures",
-    "leaderboard-report": "the cross-method leaderboard, fidelity table and diagnostics",
+    "report": "one study's tables and figures (--study: a folder of zoomattn/reporting/)",
 }
-REPORTS = ("report", "rect-report", "mudaf-report", "lkg-report", "leaderboard-report")
 
 
 def _listing(commands: dict[str, str]) -> str:
@@ -126,7 +117,7 @@ def _add_stage(sub, stage: str, paths: list[str]) -> None:
     p = sub.add_parser(stage, description=f"{STAGE_HELP[stage]} (called by the workflow's rules)")
     spec = p.add_mutually_exclusive_group(required=True)
     spec.add_argument("--spec", help="the job's config values, as JSON")
-    if stage in REPORTS:  # the report rules pass a file: their spec stays out of the HTML report
+    if stage == "report":  # the report rules pass a file: their spec stays out of the HTML report
         spec.add_argument("--spec-file", type=Path, help="the job's config values, a JSON file")
     _add_results(p)
     for name in paths:
@@ -135,24 +126,44 @@ def _add_stage(sub, stage: str, paths: list[str]) -> None:
         p.add_argument("--world-dir", type=Path, help="the synthetic world (tiny, smoke)")
     if stage in THREADED:
         p.add_argument("--threads", type=int, default=1)
-    if stage in REPORTS:
-        p.add_argument("--eval-files", nargs="+", type=Path, required=True)
-    if stage == "mudaf-report":
-        p.add_argument("--heads-files", nargs="+", type=Path, required=True)
-        p.add_argument("--masking-files", nargs="*", type=Path, default=[])
-        p.add_argument("--selection-files", nargs="*", type=Path, default=[])
-    if stage == "lkg-report":
-        p.add_argument("--patterns-files", nargs="*", type=Path, default=[])
-        p.add_argument("--train-files", nargs="*", type=Path, default=[])
     if stage == "report":
-        p.add_argument("--attention-files", nargs="+", type=Path, required=True)
-    if stage == "leaderboard-report":
-        for name in ("attention", "heads", "patterns"):
-            p.add_argument(f"--{name}-files", nargs="*", type=Path, default=[])
+        p.add_argument("--study", required=True, help="opamp, rectification, mudaf, lkg, ...")
+        p.add_argument(
+            "--inputs",
+            nargs="+",
+            required=True,
+            action=InputsAction,
+            metavar="KIND=PATH",
+            help="the metric files by kind (zoomattn/reporting/common/inputs.py); a bare PATH "
+            "belongs to the KIND before it, KIND= alone is a kind with no file",
+        )
     if stage == "finetune":
         p.add_argument("--margin", type=Path, help="the base's score margin (xi: auto)")
         p.add_argument("--heads", type=Path, help="the selected target heads (MuDAF)")
         p.add_argument("--patterns", type=Path, help="the base's head patterns (LKG-RALM)")
+
+
+class InputsAction(argparse.Action):
+    """``--inputs evals=a.json b.json attention=c.json masking=`` -> {kind: [paths]}: the form
+    ``kind={input.files}`` takes in a rule's shell line."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from zoomattn.reporting.common.inputs import KINDS
+
+        inputs: dict[str, list[Path]] = {}
+        kind = None
+        for token in values:
+            name, equals, path = token.partition("=")
+            if equals and name.isidentifier():
+                if name not in KINDS:
+                    parser.error(f"--inputs: unknown kind {name!r} (kinds: {', '.join(KINDS)})")
+                kind = name
+                inputs.setdefault(kind, []).extend([Path(path)] if path else [])
+            elif kind is None:
+                parser.error(f"--inputs: {token!r} has no kind: write KIND=PATH")
+            else:
+                inputs[kind].append(Path(token))
+        setattr(namespace, self.dest, inputs)
 
 
 def _add_user_commands(sub) -> None:

@@ -14,9 +14,9 @@ rule report:
     conda:
         "../../envs/report.yaml"
     shell:
-        "python -m zoomattn report --spec-file {input.spec}"
-        " --eval-files {input.evals} --attention-files {input.attention}"
-        " --base-metrics {input.base}/metrics.json --out {output} > {log} 2>&1"
+        "python -m zoomattn report --study opamp --spec-file {input.spec}"
+        " --inputs evals={input.evals} attention={input.attention}"
+        " base_metrics={input.base}/metrics.json --out {output} > {log} 2>&1"
 
 
 if RECT:
@@ -38,8 +38,8 @@ if RECT:
         conda:
             "../../envs/report.yaml"
         shell:
-            "python -m zoomattn rect-report --spec-file {input.spec}"
-            " --eval-files {input.evals} --margin {input.margin} --out {output} > {log} 2>&1"
+            "python -m zoomattn report --study rectification --spec-file {input.spec}"
+            " --inputs evals={input.evals} margin={input.margin} --out {output} > {log} 2>&1"
 
 
 if MUDAF:
@@ -66,9 +66,9 @@ if MUDAF:
         conda:
             "../../envs/report.yaml"
         shell:
-            "python -m zoomattn mudaf-report --spec-file {input.spec}"
-            " --eval-files {input.evals} --heads-files {input.heads}"
-            " --masking-files {input.masking} --selection-files {input.selections} --out {output}"
+            "python -m zoomattn report --study mudaf --spec-file {input.spec}"
+            " --inputs evals={input.evals} heads={input.heads}"
+            " masking={input.masking} selections={input.selections} --out {output}"
             " > {log} 2>&1"
 
 
@@ -89,9 +89,9 @@ if LKG:
         conda:
             "../../envs/report.yaml"
         shell:
-            "python -m zoomattn lkg-report --spec-file {input.spec}"
-            " --eval-files {input.evals} --patterns-files {input.patterns}"
-            " --train-files {params.train} --out {output} > {log} 2>&1"
+            "python -m zoomattn report --study lkg --spec-file {input.spec}"
+            " --inputs evals={input.evals} patterns={input.patterns}"
+            " train_metrics={params.train} --out {output} > {log} 2>&1"
 
 
 if LEADERBOARD:
@@ -111,7 +111,7 @@ if LEADERBOARD:
         conda:
             "../../envs/report.yaml"
         shell:
-            "python -m zoomattn leaderboard-report --spec-file {input.spec}"
-            " --eval-files {input.evals} --attention-files {input.attention}"
-            " --heads-files {input.heads} --patterns-files {input.patterns} --out {output}"
-            " > {log} 2>&1"
+            "python -m zoomattn report --study leaderboard --spec-file {input.spec}"
+            " --inputs evals={input.evals} predictions={input.predictions}"
+            " attention={input.attention} heads={input.heads} patterns={input.patterns}"
+            " --out {output} > {log} 2>&1"

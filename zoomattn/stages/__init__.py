@@ -15,14 +15,7 @@ from zoomattn.stages.analysis import (
 )
 from zoomattn.stages.data import eval_data, train_data, world
 from zoomattn.stages.models import base_model, finetune, pretrain, select_heads
-from zoomattn.stages.reports import (
-    leaderboard_report,
-    lkg_report,
-    mudaf_report,
-    rect_report,
-    regenerate,
-    report,
-)
+from zoomattn.stages.reports import regenerate, report
 
 __all__ = [
     "attention",
@@ -32,11 +25,7 @@ __all__ = [
     "finetune",
     "head_masking",
     "head_patterns",
-    "leaderboard_report",
-    "lkg_report",
-    "mudaf_report",
     "pretrain",
-    "rect_report",
     "regenerate",
     "report",
     "retrieval_heads",

@@ -9,7 +9,12 @@ import pytest
 from zoomattn.reporting.lkg import build_report, table2_rows
 from zoomattn.reporting.lkg import published as paper
 from zoomattn.reporting.lkg.table2 import parse_split
-from zoomattn.stages.reports import _train_metrics
+
+
+def render(spec, evals, patterns, train, out):
+    """The report of these inputs, as the report stage calls it."""
+    build_report(spec, {"evals": evals, "patterns": patterns, "train_metrics": train}, out)
+
 
 RUNS = {  # run -> (method, values), in config order
     "qlora": ("qlora", {}),
@@ -99,7 +104,7 @@ def grid(runs=RUNS, seeds=(0,), robustness=True, benchmarks=None):
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("lkg")
-    build_report(*grid(), out)
+    render(*grid(), out)
     return out
 
 
@@ -165,7 +170,7 @@ def test_published_columns_join_by_the_benchmarks_published_name(tmp_path):
     }
     spec, evals, patterns, train = grid(benchmarks=benchmarks, robustness=False)
     evals += [_eval(m, "mine", "vanilla", 0.5) for m in ["base", *spec["cells"]]]
-    build_report(spec, evals, patterns, train, tmp_path)
+    render(spec, evals, patterns, train, tmp_path)
     t2 = pd.read_csv(tmp_path / "table2_ablations.csv").set_index(["row", "benchmark"])
     assert t2.loc[("w/o RPF", "hotpot_open"), "paper column"] == "HotpotQA"
     assert t2.loc[("w/o RPF", "hotpot_open"), "published"] == pytest.approx(26.0)
@@ -269,7 +274,7 @@ def test_summary_json_holds_every_number_the_readme_quotes(report):
 
 
 def test_seeds_combine_by_mean_and_ci_envelope(tmp_path):
-    build_report(*grid(seeds=(0, 1)), tmp_path)
+    render(*grid(seeds=(0, 1)), tmp_path)
     t2 = pd.read_csv(tmp_path / "table2_ablations.csv").set_index(["row", "benchmark"])
     full = t2.loc[("LKG-RALM", "nq_open")]  # seed 0: 50 [47.5, 52.5], seed 1: 54 [51.5, 56.5]
     assert (full["score"], full["ci_low"], full["ci_high"], full["seeds"]) == pytest.approx(
@@ -279,7 +284,7 @@ def test_seeds_combine_by_mean_and_ci_envelope(tmp_path):
 
 
 def test_no_robustness_configured_skips_fig6_with_a_note(tmp_path):
-    build_report(*grid(robustness=False), tmp_path)
+    render(*grid(robustness=False), tmp_path)
     assert not (tmp_path / "fig6a_passages.png").exists()
     readme = (tmp_path / "README.md").read_text()
     assert "Fig. 6 skipped: no robustness sets configured." in readme
@@ -290,7 +295,7 @@ def test_missing_robustness_evals_are_noted_and_absent_axes_skipped(tmp_path):
     spec, evals, patterns, train = grid()
     evals = [e for e in evals if not e["split"].startswith("irr")]
     evals = [e for e in evals if (e["model"], e["split"]) != ("lkg/qlora_s0", "n3")]
-    build_report(spec, evals, patterns, train, tmp_path)
+    render(spec, evals, patterns, train, tmp_path)
     assert (tmp_path / "fig6a_passages.png").exists()
     assert not (tmp_path / "fig6b_irrelevant.png").exists()
     readme = (tmp_path / "README.md").read_text()
@@ -302,7 +307,7 @@ def test_missing_robustness_evals_are_noted_and_absent_axes_skipped(tmp_path):
 def test_no_robustness_evals_at_all_skip_fig6(tmp_path):
     spec, evals, patterns, train = grid()
     evals = [e for e in evals if e["split"] == "vanilla"]
-    build_report(spec, evals, patterns, train, tmp_path)
+    render(spec, evals, patterns, train, tmp_path)
     assert not (tmp_path / "robustness.csv").exists()
     assert (
         "Fig. 6 skipped: no robustness evaluation among the inputs."
@@ -316,21 +321,15 @@ def test_missing_main_eval_is_an_error_naming_model_and_split(tmp_path):
         e for e in evals if (e["model"], e["benchmark"]) != ("lkg/lkg_no_els_s0", "hotpot_open")
     ]
     with pytest.raises(ValueError, match=r"lkg/lkg_no_els_s0 on hotpot_open \(split vanilla\)"):
-        build_report(spec, evals, patterns, train, tmp_path)
+        render(spec, evals, patterns, train, tmp_path)
 
 
 def test_missing_patterns_and_training_are_noted_not_errors(tmp_path):
     spec, evals, patterns, _ = grid(robustness=False)
-    build_report(spec, evals, [p for p in patterns if p["model"] != "base"], [], tmp_path)
+    render(spec, evals, [p for p in patterns if p["model"] != "base"], [], tmp_path)
     readme = (tmp_path / "README.md").read_text()
     assert "Head patterns missing for: base." in readme
     assert "class map skipped: no head patterns of the base" in readme
     assert "Training table skipped" in readme
     assert (tmp_path / "fig2_head_patterns.png").stat().st_size > 0
 
-
-def test_training_metrics_without_a_model_key_take_it_from_their_path(tmp_path):
-    path = tmp_path / "models" / "lkg" / "lkg_s0" / "metrics.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"steps": 6}))
-    assert _train_metrics(path) == {"steps": 6, "model": "lkg/lkg_s0"}

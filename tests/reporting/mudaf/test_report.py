@@ -6,6 +6,14 @@ from zoomattn.reporting.mudaf import build_report, roles, sweep_rows
 from zoomattn.reporting.mudaf import published as paper
 from zoomattn.reporting.mudaf.heads import mudaf_cells
 
+
+def render(spec, evals, heads, masking, selections, out):
+    """The report of these inputs, as the report stage calls it."""
+    build_report(
+        spec, {"evals": evals, "heads": heads, "masking": masking, "selections": selections}, out
+    )
+
+
 BASE_F1 = np.array([[0.1, 0.5, 0.2, 0.0], [0.05, 0.3, 0.0, 0.02]])  # 2 layers x 4 heads
 DELTA = {  # run -> retrieval-score change against the base
     "mudaf-heads0": np.full((2, 4), 0.01),  # Vanilla-SFT
@@ -105,7 +113,7 @@ def grid(runs=RUNS, clipped=None, asked=(0, 1, 2), masking=True, seeds=(0,)):
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("mudaf")
-    build_report(*grid(), out)
+    render(*grid(), out)
     return out
 
 
@@ -171,7 +179,7 @@ def test_clipped_head_count_is_a_row_pointing_at_the_trained_run(tmp_path):
     rows = [(row.label, row.run, n, t) for row, n, t in sweep_rows(spec, mudaf_cells(spec))]
     assert rows[-1] == ("n=16 → 8 (clipped: the model has 8 heads)", "mudaf-heads8", 16, 8)
     assert [r[0] for r in rows[:-1]] == ["n=0", "n=2", "n=4", "n=8"]
-    build_report(spec, evals, heads, masking, sel, tmp_path)
+    render(spec, evals, heads, masking, sel, tmp_path)
     t4 = pd.read_csv(tmp_path / "table4.csv").set_index(["row", "benchmark"])
     clipped = t4.loc[("n=16 → 8 (clipped: the model has 8 heads)", "mdqa_like")]
     assert (clipped["run"], clipped["n"], clipped["trained"]) == ("mudaf-heads8", 16, 8)
@@ -262,7 +270,7 @@ def test_masking_table_has_baseline_top_and_random_x100_per_model_and_k(report):
 def test_report_builds_without_weak_cell_masking_or_selections(tmp_path):
     runs = {k: v for k, v in RUNS.items() if k != "mudaf_weak"}
     spec, evals, heads, _, _ = grid(runs, masking=False)
-    build_report(spec, evals, heads, [], [], tmp_path)
+    render(spec, evals, heads, [], [], tmp_path)
     readme = (tmp_path / "README.md").read_text()
     assert "Not in this grid: MuDAF-weak" in readme
     assert "No masking experiment in the inputs" in readme
@@ -272,7 +280,7 @@ def test_report_builds_without_weak_cell_masking_or_selections(tmp_path):
 
 
 def test_seeds_average_in_tables_and_stay_apart_in_head_analyses(tmp_path):
-    build_report(*grid(seeds=(0, 1)), tmp_path)
+    render(*grid(seeds=(0, 1)), tmp_path)
     t2 = pd.read_csv(tmp_path / "table2.csv").set_index(["row", "benchmark"])
     mudaf = t2.loc[("MuDAF", "mdqa_like")]  # seeds: 52 and 56
     assert (mudaf["score"], mudaf["ci_low"], mudaf["ci_high"], mudaf["seeds"]) == (54, 47, 61, 2)

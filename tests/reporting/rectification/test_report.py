@@ -5,6 +5,12 @@ import pytest
 from zoomattn.reporting.rectification import build_report
 from zoomattn.reporting.rectification import published as paper
 
+
+def render(spec, evals, margin, out):
+    """The report of these inputs, as the report stage calls it."""
+    build_report(spec, {"evals": evals, "margin": [margin]}, out)
+
+
 RUNS = {  # run -> (method, values)
     "qlora": ("qlora", {}),
     "rectify-xi0": ("rectify", {"xi": 0, "g": "max"}),
@@ -102,7 +108,7 @@ def grid(placements=("vanilla", "reverse"), seeds=(0, 1), published=True, runs=R
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("rect")
-    build_report(*grid(), out)
+    render(*grid(), out)
     return out
 
 
@@ -194,7 +200,7 @@ def test_answer_gap_and_margin_tables_and_notes(report):
 
 def test_single_placement_without_published_names_still_builds(tmp_path):
     spec, evals, margin = grid(placements=("reverse",), seeds=(0,), published=False)
-    build_report(spec, evals, margin, tmp_path)
+    render(spec, evals, margin, tmp_path)
     readme = (tmp_path / "README.md").read_text()
     assert "seeds 0, 95% bootstrap CI" in readme
     assert "no comparison table" in readme
@@ -208,7 +214,7 @@ def test_single_placement_without_published_names_still_builds(tmp_path):
 def test_missing_auto_g_variants_answer_gaps_and_margins_are_skipped_with_a_sentence(tmp_path):
     runs = {k: v for k, v in RUNS.items() if k in ("qlora", "rectify-xi0", "rectify-xi3")}
     spec, evals, _ = grid(runs=runs, gap=None)
-    build_report(spec, evals, {}, tmp_path)
+    render(spec, evals, {}, tmp_path)
     readme = (tmp_path / "README.md").read_text()
     assert "No ξ=auto cell" in readme
     assert "No g variants" in readme

@@ -2,6 +2,6 @@
 attention diagnostics of every model of the grid. It reads the papers' rows and published numbers
 only through what each paper package's ``__init__`` exports."""
 
-from zoomattn.reporting.leaderboard.report import build_cross_report
+from zoomattn.reporting.leaderboard.report import KINDS, build_report
 
-__all__ = ["build_cross_report"]
+__all__ = ["KINDS", "build_report"]

@@ -1,7 +1,7 @@
 """The cross-method report: the leaderboard, the fidelity table with the papers' claims, and the
 attention diagnostics of every model, from the metric files alone (no model is loaded).
 
-``build_cross_report`` is what the ``leaderboard_report`` job runs and what
+``build_report`` is what the ``leaderboard_report`` job runs and what
 ``python -m zoomattn regenerate`` runs on an existing results directory.
 """
 
@@ -10,20 +10,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from zoomattn.io import read_json
 from zoomattn.reporting.leaderboard.diagnostics import build_diagnostics
 from zoomattn.reporting.leaderboard.fidelity import write_fidelity
 from zoomattn.reporting.leaderboard.table import entry_label, write_leaderboard
 from zoomattn.reporting.opamp import model_label
+from zoomattn.tracking import git_commit
 
+KINDS = ("evals", "predictions", "attention", "heads", "patterns")
 LEADERBOARD = "leaderboard"
-
-
-def read_predictions(metrics_file: Path) -> dict[str, float]:
-    """Example id -> score, from the ``.predictions.jsonl`` beside an eval metric file."""
-    path = Path(metrics_file).with_suffix(".predictions.jsonl")
-    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
-    return {r["id"]: float(r["score"]) for r in rows}
 
 
 def model_labels(spec: dict) -> dict[str, dict]:
@@ -44,26 +38,24 @@ def model_labels(spec: dict) -> dict[str, dict]:
     return out
 
 
-def _present(paths: list[Path]) -> list[dict]:
-    return [read_json(p) for p in paths if Path(p).exists()]
+def _predictions(evals: list[dict], predictions: list[list[dict]]) -> dict:
+    """(model, benchmark, split) -> {example id: score}, each eval's predictions beside it."""
+    if len(predictions) != len(evals):
+        raise ValueError(
+            f"the leaderboard report needs the predictions of each of its {len(evals)} "
+            f"evaluations, in their order; got {len(predictions)} prediction files"
+        )
+    return {
+        (e["model"], e["benchmark"], e["split"]): {r["id"]: float(r["score"]) for r in rows}
+        for e, rows in zip(evals, predictions, strict=True)
+    }
 
 
-def build_cross_report(
-    spec: dict,
-    eval_files: list[Path],
-    attention_files: list[Path],
-    heads_files: list[Path],
-    patterns_files: list[Path],
-    out: Path,
-    commit: str,
-) -> None:
+def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
     # the job's spec arrives as sorted JSON: regenerate's gets the same key order, so same files
     spec = json.loads(json.dumps(spec, sort_keys=True))
-    evals = [read_json(p) for p in eval_files]
-    predictions = {
-        (e["model"], e["benchmark"], e["split"]): read_predictions(p)
-        for e, p in zip(evals, eval_files, strict=True)
-    }
+    evals = inputs["evals"]
+    predictions = _predictions(evals, inputs["predictions"])
     board = spec["leaderboard"]
     if board["cells"]:
         ours = {k: v for k, v in predictions.items() if k[0] in board["cells"]}
@@ -72,15 +64,10 @@ def build_cross_report(
         table = None
     write_fidelity(spec, evals, predictions, out)
     build_diagnostics(
-        model_labels(spec),
-        _present(attention_files),
-        evals,
-        _present(heads_files),
-        _present(patterns_files),
-        out,
+        model_labels(spec), inputs["attention"], evals, inputs["heads"], inputs["patterns"], out
     )
     lines = [
-        f"# Cross-method report (preset {spec['preset']}, commit {commit})",
+        f"# Cross-method report (preset {spec['preset']}, commit {git_commit()})",
         "",
         f"Leaderboard seeds {spec['seeds']}; the ablation studies' seeds {spec['grid_seeds']}.",
         "Intervals: 95% bootstrap over seeds and examples; ↑/↓: the paired difference from the "

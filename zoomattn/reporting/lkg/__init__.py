@@ -7,7 +7,15 @@ map rows as this report does.
 """
 
 from zoomattn.reporting.lkg import published
-from zoomattn.reporting.lkg.report import build_report
+from zoomattn.reporting.lkg.report import KINDS, build_report
 from zoomattn.reporting.lkg.table2 import MAIN_SPLIT, row_label, scores_frame, table2_rows
 
-__all__ = ["MAIN_SPLIT", "build_report", "published", "row_label", "scores_frame", "table2_rows"]
+__all__ = [
+    "KINDS",
+    "MAIN_SPLIT",
+    "build_report",
+    "published",
+    "row_label",
+    "scores_frame",
+    "table2_rows",
+]

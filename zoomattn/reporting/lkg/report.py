@@ -33,11 +33,12 @@ from zoomattn.reporting.lkg.table2 import (
     write_table,
 )
 
+KINDS = ("evals", "patterns", "train_metrics")
 
-def build_report(
-    spec: dict, evals: list[dict], patterns: list[dict], train: list[dict], out
-) -> None:
-    out = Path(out)
+
+def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
+    out, evals = Path(out), inputs["evals"]
+    patterns, train = inputs["patterns"], inputs["train_metrics"]
     block = spec.get("lkg") or {}
     benchmarks = dict(block.get("benchmarks") or {})
     rows = table2_rows(spec)

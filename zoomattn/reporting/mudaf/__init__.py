@@ -7,6 +7,6 @@ as this report does.
 
 from zoomattn.reporting.mudaf import published
 from zoomattn.reporting.mudaf.heads import mudaf_cells
-from zoomattn.reporting.mudaf.report import BASE_ROW, build_report, roles, sweep_rows
+from zoomattn.reporting.mudaf.report import BASE_ROW, KINDS, build_report, roles, sweep_rows
 
-__all__ = ["BASE_ROW", "build_report", "mudaf_cells", "published", "roles", "sweep_rows"]
+__all__ = ["KINDS", "BASE_ROW", "build_report", "mudaf_cells", "published", "roles", "sweep_rows"]

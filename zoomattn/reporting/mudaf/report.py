@@ -26,6 +26,7 @@ from zoomattn.reporting.mudaf import heads as heads_of
 from zoomattn.reporting.mudaf import published as paper
 from zoomattn.reporting.mudaf.heads import Cell, mudaf_cells
 
+KINDS = ("evals", "heads", "masking", "selections")
 BASE_ROW = "base (no fine-tune)"
 STRONG = 8  # the paper's head count: Table 2's MuDAF row is the strong cell closest to it
 
@@ -227,15 +228,9 @@ def _table4(r: Report, cells: list[Cell], role_runs: dict) -> None:
     r.parts.append(r.compared(t4, paper.TABLE4, "table4_comparison", "Table 4 beside the paper's"))
 
 
-def build_report(
-    spec: dict,
-    evals: list[dict],
-    heads: list[dict],
-    masking: list[dict],
-    selections: list[dict],
-    out,
-) -> None:
-    r = Report(spec, evals, out)
+def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
+    heads, masking, selections = inputs["heads"], inputs["masking"], inputs["selections"]
+    r = Report(spec, inputs["evals"], out)
     cells, base = mudaf_cells(spec), spec.get("base", "base")
     role_runs = roles(cells)
     hb, sb = {h["model"]: h for h in heads}, {s["model"]: s for s in selections}

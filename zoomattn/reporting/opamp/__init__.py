@@ -5,7 +5,7 @@ and score frame its fidelity table shares with this report.
 """
 
 from zoomattn.reporting.opamp import published
-from zoomattn.reporting.opamp.report import build_report
+from zoomattn.reporting.opamp.report import KINDS, build_report
 from zoomattn.reporting.opamp.tables import model_label, scores_frame
 
-__all__ = ["build_report", "model_label", "published", "scores_frame"]
+__all__ = ["KINDS", "build_report", "model_label", "published", "scores_frame"]

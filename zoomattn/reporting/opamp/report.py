@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from zoomattn.reporting.common.inputs import only
 from zoomattn.reporting.opamp import figures, published, tables
+
+KINDS = ("evals", "attention", "base_metrics")
 
 
 def _write(t, out: Path, name: str, title: str) -> str:
@@ -30,9 +33,9 @@ def base_table(base_metrics: dict) -> str:
     )
 
 
-def build_report(
-    spec: dict, evals: list[dict], attention: list[dict], base_metrics: dict, out: Path
-) -> None:
+def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
+    evals, attention = inputs["evals"], inputs["attention"]
+    base_metrics = only(inputs, "base_metrics")
     benchmarks = spec["benchmarks"]
     seeds = ", ".join(map(str, spec["seeds"]))
     caption = f"preset {spec['preset']}, seeds {seeds}, 95% bootstrap CI"

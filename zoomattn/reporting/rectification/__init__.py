@@ -5,6 +5,6 @@ that its fidelity table names and maps rows as this report does.
 """
 
 from zoomattn.reporting.rectification import published
-from zoomattn.reporting.rectification.report import build_report, grid_rows
+from zoomattn.reporting.rectification.report import KINDS, build_report, grid_rows
 
-__all__ = ["build_report", "grid_rows", "published"]
+__all__ = ["KINDS", "build_report", "grid_rows", "published"]

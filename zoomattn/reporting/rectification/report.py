@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from zoomattn.reporting.common import tables
+from zoomattn.reporting.common.inputs import only
 from zoomattn.reporting.common.tables import (
     GAPS,
     cell,
@@ -25,6 +26,7 @@ from zoomattn.reporting.common.tables import (
 from zoomattn.reporting.rectification import figures
 from zoomattn.reporting.rectification import published as paper
 
+KINDS = ("evals", "margin")
 BASE_ROW = "vanilla"  # the paper's name for the base model without fine-tuning
 LORA_ROW = "LoRA"
 
@@ -104,11 +106,11 @@ def _placements(spec: dict, df: pd.DataFrame) -> list[str]:
     return sorted(found, key=lambda p: order.get(p, 2))
 
 
-def build_report(spec: dict, evals: list[dict], margin: dict, out: Path) -> None:
-    out = Path(out)
+def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
+    out, evals = Path(out), inputs["evals"]
     rect = spec.get("rectification", {})
     benchmarks = dict(rect.get("benchmarks") or {})
-    margin = margin or {}
+    margin = only(inputs, "margin") or {}
     seeds = ", ".join(map(str, spec.get("seeds", [])))
     caption = f"preset {spec.get('preset', '?')}, seeds {seeds}, 95% bootstrap CI"
     df = scores_frame(spec, evals)
