@@ -54,7 +54,7 @@ def per_bench_rows(rows: list[str]) -> pd.DataFrame:
 def ksweep(out):
     index = ["base (no fine-tune)", "QLoRA", "K=1", "K=10", "K=∞"]
     t3 = pd.DataFrame({"Avg": values(5, flat=True)}, index=index)
-    return figures.ksweep(t3, out / "ksweep.png", CAPTION)
+    return figures.ksweep(t3, index[2:], out / "ksweep.png", CAPTION)
 
 
 def noise_curves(out):

@@ -146,7 +146,7 @@ EMPTY = {
     ),
     "no K row in Table 3": (
         lambda out: figures.ksweep(
-            pd.DataFrame({"Avg": [1.0]}, index=["QLoRA"]), out / "k.png", "c"
+            pd.DataFrame({"Avg": [1.0]}, index=["QLoRA"]), [], out / "k.png", "c"
         ),
         "no OpAmp (K=…) row in Table 3",
     ),

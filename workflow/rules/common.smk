@@ -299,7 +299,8 @@ def head_patterns_spec(model):
 
 def lkg_report_spec():
     return {"preset": PRESET, "lkg": LKG, "base": LKG_BASE, "seeds": CFG["seeds"],
-            "cells": {m: {"run": TRAINED[m].run, "method": TRAINED[m].method,
+            "cells": {m: {"run": TRAINED[m].run, "entry": TRAINED[m].entry,
+                          "method": TRAINED[m].method,
                           "values": TRAINED[m].values, "seed": TRAINED[m].seed}
                       for m in LKG_MODELS},
             "code": code_hash("report")}

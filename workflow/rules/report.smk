@@ -4,7 +4,10 @@ rule report:
         attention=ATTENTION_FILES,
         base=BASE,
         spec=report_spec_file("opamp", {"preset": PRESET, "benchmarks": CFG["benchmarks"],
-                                        "cells": {r: CELLS[r] for r in CELLS},
+                                        "cells": {m: {"run": t.run, "method": t.method,
+                                                      "values": t.values, "seed": t.seed}
+                                                  for m, t in TRAINED.items()
+                                                  if t.study == "opamp"},
                                         "seeds": CFG["seeds"], "attention": CFG["attention"],
                                         "code": code_hash("report")}),
     output:
@@ -57,6 +60,7 @@ if MUDAF:
                 "cells": {m: {"run": t.run, "method": t.method, "values": t.values,
                               "seed": t.seed} for m, t in MUDAF_CELLS.items()},
                 "studies": {m: t.study for m, t in TRAINED.items()},
+                "bases": {s: grid.study_base(CFG, s) for s in ["opamp", *grid.studies(CFG)]},
                 "base": MUDAF_BASE, "seeds": CFG["seeds"],
                 "clipped_heads": grid.clipped_heads(CFG), "code": code_hash("report")}),
         output:

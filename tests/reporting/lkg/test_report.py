@@ -8,7 +8,8 @@ import pytest
 
 from zoomattn.reporting.lkg import build_report, table2_rows
 from zoomattn.reporting.lkg import published as paper
-from zoomattn.reporting.lkg.table2 import parse_split
+from zoomattn.reporting.lkg.report import robustness_frame
+from zoomattn.reporting.lkg.table2 import parse_split, scores_frame
 
 
 def render(spec, evals, patterns, train, out):
@@ -70,7 +71,7 @@ def grid(runs=RUNS, seeds=(0,), robustness=True, benchmarks=None):
         "hotpot_open": {"family": "multihop", "metric": "em", "published": "hotpotqa"},
     }
     cells = {
-        f"lkg/{run}_s{seed}": {"run": run, "method": m, "values": v, "seed": seed}
+        f"lkg/{run}_s{seed}": {"run": run, "entry": run, "method": m, "values": v, "seed": seed}
         for run, (m, v) in runs.items()
         for seed in seeds
     }
@@ -304,6 +305,18 @@ def test_missing_robustness_evals_are_noted_and_absent_axes_skipped(tmp_path):
     assert f"Robustness evaluations missing (left out of Fig. 6): {said}" in readme
 
 
+def test_robustness_models_are_the_cells_of_their_entry_not_runs_named_like_it():
+    spec, evals, _, _ = grid()
+    spec["cells"]["lkg/lkg-beta1_s0"] = {"run": "lkg-beta1", "entry": "lkg_beta"} | {
+        "method": "lkg",
+        "values": {"beta": 1},
+        "seed": 0,
+    }
+    rows = table2_rows(spec)
+    _, labels, _ = robustness_frame(spec, rows, scores_frame(rows, evals), evals)
+    assert labels == [paper.FULL_ROW, paper.FT_ROW]  # entries lkg and qlora; not lkg-beta1
+
+
 def test_no_robustness_evals_at_all_skip_fig6(tmp_path):
     spec, evals, patterns, train = grid()
     evals = [e for e in evals if e["split"] == "vanilla"]
@@ -332,4 +345,3 @@ def test_missing_patterns_and_training_are_noted_not_errors(tmp_path):
     assert "class map skipped: no head patterns of the base" in readme
     assert "Training table skipped" in readme
     assert (tmp_path / "fig2_head_patterns.png").stat().st_size > 0
-

@@ -259,6 +259,18 @@ def test_across_methods_has_one_row_per_heads_file_with_mean_and_max(report):
     assert rows.loc["qlora_s0", "delta_mean_f1"] == pytest.approx(-BASE_F1.mean() / 2)
 
 
+def test_across_methods_compares_each_model_with_its_studys_base_from_the_spec(tmp_path):
+    spec, evals, heads, masking, selections = grid()
+    rect = "rectification/rectify-xi3-reverse_s0"
+    heads.append(_heads("rect_base", BASE_F1 / 2))  # named by the spec, not by a rule
+    spec["studies"]["rect_base"] = "base"
+    spec["bases"] = {"opamp": "base", "rectification": "rect_base", "mudaf": "base"}
+    render(spec, evals, heads, masking, selections, tmp_path)
+    rows = pd.read_csv(tmp_path / "across_methods.csv").set_index("model")
+    assert rows.loc[rect, "base"] == "rect_base"
+    assert rows.loc["qlora_s0", "base"] == "base"
+
+
 def test_masking_table_has_baseline_top_and_random_x100_per_model_and_k(report):
     m = pd.read_csv(report / "fig4_masking.csv").set_index(["model", "k"])
     base = m.loc[("base", 2)]

@@ -21,7 +21,9 @@ from zoomattn.reporting.leaderboard.claims import claims
 from zoomattn.reporting.leaderboard.slices import (
     OPAMP,
     PAPERS,
+    base_of,
     block_of,
+    cells_of,
     evals_of,
     number,
     study_spec,
@@ -51,14 +53,15 @@ def _line(paper, table, row, benchmark, split, column, real, score, lo, hi, pub)
 
 
 def _opamp_numbers(spec: dict, evals: list[dict]) -> list[dict]:
-    """Tables 3-5 by ``published.lookup``, rows labelled by ``opamp.model_label``."""
+    """Tables 3-5 by ``published.lookup``, rows labelled as the OpAmp report's (``opamp.rows``)."""
     benchmarks = spec.get("benchmarks") or {}
     ev = evals_of(evals, spec, OPAMP, benchmarks)
     if not ev:
         return []
     ev = [{**e, "noise_ratio": e.get("noise_ratio", number(e["split"][1:]))} for e in ev]
+    rows = opamp.rows(cells_of(spec, OPAMP), base_of(spec, OPAMP))
     out = []
-    for r in opamp.scores_frame(ev).itertuples():
+    for r in opamp.scores_frame(ev, rows).itertuples():
         col = published.column(r.benchmark, benchmarks[r.benchmark])
         pub = published.lookup(col, r.label, r.noise, r.subset) if col else None
         if pub is None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from zoomattn.reporting import opamp
 from zoomattn.reporting.leaderboard.diagnostics import build_diagnostics
 from zoomattn.reporting.leaderboard.fidelity import write_fidelity
+from zoomattn.reporting.leaderboard.slices import OPAMP, base_of, cells_of
 from zoomattn.reporting.leaderboard.table import entry_label, write_leaderboard
-from zoomattn.reporting.opamp import model_label
 from zoomattn.tracking import git_commit
 
 KINDS = ("evals", "predictions", "attention", "heads", "patterns")
@@ -21,15 +22,18 @@ LEADERBOARD = "leaderboard"
 
 
 def model_labels(spec: dict) -> dict[str, dict]:
-    """Every model of the grid -> its study, display label and seed (the diagnostics' rows)."""
+    """Every model of the grid -> its study, display label and seed (the diagnostics' rows), each
+    labelled from its cell: the leaderboard's by its entry, OpAmp's as its report's rows."""
     out = {
         base: {"study": "base", "label": base, "seed": None} for base in set(spec["bases"].values())
     }
+    opamp_rows = opamp.rows(cells_of(spec, OPAMP), base_of(spec, OPAMP))
+    opamp_label = opamp.label_of(opamp_rows)
     for model, cell in spec["cells"].items():
         if cell["study"] == LEADERBOARD:
             label = entry_label(cell["method"], cell["values"])
-        elif cell["study"] == "opamp":
-            label = model_label(model)
+        elif cell["study"] == OPAMP:
+            label = opamp_label[model]
         else:
             label = cell["run"] + (
                 f" {cell['placement']}" if cell["placement"] != "vanilla" else ""

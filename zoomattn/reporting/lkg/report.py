@@ -146,8 +146,12 @@ def robustness_frame(
     if not rob:
         return pd.DataFrame(columns=cols), [], ["Fig. 6 skipped: no robustness sets configured."]
 
-    def of(entry: str) -> list[Row]:
-        return [r for r in rows[1:] if r.run == entry or r.run.startswith(f"{entry}-")]
+    unnamed = [r.run for r in rows[1:] if r.entry is None]
+    if unnamed:
+        raise ValueError(f"LKG report: the cells of {', '.join(unnamed)} name no entry")
+
+    def of(entry: str) -> list[Row]:  # the runs of one ``methods:`` entry
+        return [r for r in rows[1:] if r.entry == entry]
 
     entries = list(dict.fromkeys(rob.get("models") or []))
     chosen = list(dict.fromkeys(r for e in entries for r in of(e)))

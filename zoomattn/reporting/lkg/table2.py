@@ -34,6 +34,7 @@ class Row:
     label: str
     run: str  # the grid's run name (the base model's id for the base row)
     models: tuple[str, ...]  # its model ids, one per seed
+    entry: str | None = None  # the ``methods:`` entry its cell comes from (None: the base)
 
 
 def row_label(method: str, values: dict) -> str | None:
@@ -65,7 +66,7 @@ def table2_rows(spec: dict) -> list[Row]:
     for label, run in named:
         label = label if label not in taken else f"{label} ({run})"
         taken.add(label)
-        rows.append(Row(label, run, tuple(models[run])))
+        rows.append(Row(label, run, tuple(models[run]), first[run].get("entry")))
     return rows
 
 

@@ -148,12 +148,13 @@ def study_of(spec: dict, model: str) -> str:
 
 def across_methods(spec: dict, heads: list[dict]) -> pd.DataFrame:
     """One row per heads file, grouped by study: mean and max F1 over all heads, the mean F1 of
-    its base's top-5% heads, the heads with F1 ≥ 0.3, and the changes against its base."""
-    hb = {h["model"]: h for h in heads}
+    its base's top-5% heads, the heads with F1 ≥ 0.3, and the changes against its base (the spec's
+    ``bases``: study -> base id; a base is its own)."""
+    hb, bases = {h["model"]: h for h in heads}, spec.get("bases") or {}
     recs = []
     for h in heads:
         model, study = h["model"], study_of(spec, h["model"])
-        ref = model if study == "base" else f"base-{study}" if f"base-{study}" in hb else "base"
+        ref = model if study == "base" else bases.get(study, "base")
         ref = ref if ref in hb else spec.get("base", "base")
         f1, rf = _f1(h), _f1(hb[ref]) if ref in hb else None
         top = []

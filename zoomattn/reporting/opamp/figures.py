@@ -16,17 +16,12 @@ from zoomattn.reporting.common.plotting import (
     save,
 )
 from zoomattn.reporting.opamp import published
-from zoomattn.reporting.opamp.tables import label_order
 
 
-def _k_labels(labels) -> list[str]:
-    return [lab for lab in sorted(labels, key=label_order) if lab.startswith("K=")]
-
-
-def ksweep(t3: pd.DataFrame, path, caption: str):
-    """Table 3 as a figure: average score across benchmarks vs K, QLoRA as a reference line."""
+def ksweep(t3: pd.DataFrame, ks: list[str], path, caption: str):
+    """Table 3 as a figure: average score across benchmarks vs K (``ks``: the OpAmp rows of
+    ``t3``, by K), QLoRA as a reference line."""
     fig, (ours, paper) = plt.subplots(1, 2, figsize=(10, 3.8))
-    ks = _k_labels(t3.index)
     if ks:
         line, *_ = ours.plot(range(len(ks)), [t3.loc[k, "Avg"] for k in ks], "o-", label="OpAmp")
         mark_gaps(ours, *line.get_data(), line.get_color())
@@ -54,10 +49,11 @@ def ksweep(t3: pd.DataFrame, path, caption: str):
 
 
 def noise_curves(df: pd.DataFrame, benchmark: str, paper_name: str, path, caption: str):
-    """Table 4 as a figure: score vs noise ratio per model, with 95% intervals."""
+    """Table 4 as a figure: score vs noise ratio per model (in the frame's order: the report's
+    rows), with 95% intervals."""
     sub = df[(df["benchmark"] == benchmark) & (df["subset"] == "")]
     fig, (ours, paper) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for lab in sorted(sub["label"].unique(), key=label_order):
+    for lab in dict.fromkeys(sub["label"]):
         s = sub[sub["label"] == lab].sort_values("noise")
         bars = ours.errorbar(
             s["noise"],

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from zoomattn.reporting.common.inputs import only
-from zoomattn.reporting.opamp import figures, published, tables
+from zoomattn.reporting.opamp import figures, labels, published, tables
 
 KINDS = ("evals", "attention", "base_metrics")
+FIG5_K = 10  # the paper's Fig. 5 shows OpAmp at K = 10 beside the base and QLoRA
 
 
 def _write(t, out: Path, name: str, title: str) -> str:
@@ -39,7 +40,8 @@ def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
     benchmarks = spec["benchmarks"]
     seeds = ", ".join(map(str, spec["seeds"]))
     caption = f"preset {spec['preset']}, seeds {seeds}, 95% bootstrap CI"
-    df = tables.scores_frame(evals)
+    rows = labels.rows(spec.get("cells", {}), spec.get("base", "base"))
+    df = tables.scores_frame(evals, rows)
     df.to_csv(out / "scores.csv", index=False)
     real = any("source" in s for s in benchmarks.values())
     note = (
@@ -55,7 +57,8 @@ def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
     ]
     t3 = tables.table3(df, benchmarks)
     parts.append(_write(t3, out, "table3_cmrr", f"Table 3{kind}: CMRR sweep"))
-    figures.ksweep(t3, out / "table3_cmrr.png", caption)
+    k_rows = [r.label for r in rows if r.kind == "opamp" and r.label in t3.index]
+    figures.ksweep(t3, k_rows, out / "table3_cmrr.png", caption)
     parts.append(f"![Table 3{kind}](table3_cmrr.png)\n")
     if any(len(s["noise_ratios"]) > 1 for s in benchmarks.values()):
         parts.append(
@@ -85,15 +88,14 @@ def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
         md += compared.to_markdown(index=False) + "\n"
         (out / "comparison.md").write_text(md)
         parts.append(md)
-    attn = {}
+    attn, label_of = {}, labels.label_of(rows)
     for a in attention:  # seeds: first seed's map per label (maps are per model)
-        attn.setdefault(tables.model_label(a["model"]), a)
-    labels = sorted(attn, key=tables.label_order)
+        attn.setdefault(label_of[a["model"]], a)
+    shown = [r for r in rows if r.label in attn]
     n_examples = attention[0]["n_examples"]
     attn_caption = f"preset {spec['preset']}, seed(s) {seeds}, mean over {n_examples} examples"
-    fig5 = [lab for lab in labels if not lab.startswith("K=")] + (
-        ["K=10"] if "K=10" in attn else []
-    )
+    fig5 = [r.label for r in shown if r.kind != "opamp"]
+    fig5 += [r.label for r in shown if r.kind == "opamp" and r.k == FIG5_K][:1]
     figures.golden_share(
         attn,
         fig5,
@@ -102,7 +104,7 @@ def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
     )
     figures.golden_share(
         attn,
-        [lab for lab in labels if lab.startswith("K=")],
+        [r.label for r in shown if r.kind == "opamp"],
         out / "fig6_attention_k.png",
         f"Fig. 6{kind}: across K ({attn_caption})",
     )
@@ -113,7 +115,7 @@ def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
     share_rows += [
         f"| {lab} | {attn[lab]['mean_golden_share']:.3f} | "
         f"{attn[lab]['golden_is_top']:.3f} | {attn[lab]['uniform_share']:.3f} |"
-        for lab in labels
+        for lab in (r.label for r in shown)
     ]
     parts.append(f"![Fig. 5{kind}](fig5_attention.png)\n\n![Fig. 6{kind}](fig6_attention_k.png)\n")
     parts.append(

@@ -8,52 +8,39 @@ import pandas as pd
 
 from zoomattn.reporting.common.tables import cell
 from zoomattn.reporting.opamp import published
+from zoomattn.reporting.opamp.labels import Row, label_of
 
 
-def model_label(model: str) -> str:
-    if model == "base":
-        return "base (no fine-tune)"
-    run = model.rsplit("_s", 1)[0]
-    if run == "qlora":
-        return "QLoRA"
-    if run.startswith("opamp-K"):
-        return f"K={run[len('opamp-K') :].replace('inf', '∞')}"
-    return run
-
-
-def label_order(label: str) -> float:
-    if label.startswith("base"):
-        return -2
-    if label == "QLoRA":
-        return -1
-    k = label[2:]
-    return math.inf if k == "∞" else float(k)
-
-
-def scores_frame(evals: list[dict]) -> pd.DataFrame:
-    """One row per (model label, benchmark, noise, subset), seeds averaged (score ×100)."""
-    rows = []
+def scores_frame(evals: list[dict], rows: list[Row]) -> pd.DataFrame:
+    """One row per (model label, benchmark, noise, subset), seeds averaged (score ×100), in the
+    order of ``rows`` (the tables below keep it). Every eval's model must be one of the rows'."""
+    label, rank = label_of(rows), {r.label: i for i, r in enumerate(rows)}
+    unknown = sorted({e["model"] for e in evals} - set(label))
+    if unknown:
+        raise ValueError(f"OpAmp report: {', '.join(unknown)} is neither its base nor a cell")
+    lines = []
     for e in evals:
         base = {
-            "label": model_label(e["model"]),
+            "label": label[e["model"]],
             "benchmark": e["benchmark"],
             "noise": e["noise_ratio"],
             "metric": e["metric"],
         }
-        rows.append({**base, "subset": "", **{k: e[k] for k in ("score", "ci_low", "ci_high")}})
+        lines.append({**base, "subset": "", **{k: e[k] for k in ("score", "ci_low", "ci_high")}})
         for name, s in e.get("subsets", {}).items():
-            rows.append(
+            lines.append(
                 {**base, "subset": name, **{k: s[k] for k in ("score", "ci_low", "ci_high")}}
             )
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(lines)
     df[["score", "ci_low", "ci_high"]] *= 100
     keys = ["label", "benchmark", "noise", "metric", "subset"]
     df = df.groupby(keys, as_index=False)[["score", "ci_low", "ci_high"]].mean()
-    return df.sort_values("label", key=lambda s: s.map(label_order), kind="stable")
+    return df.sort_values("label", key=lambda s: s.map(rank), kind="stable")
 
 
 def _pivot(df: pd.DataFrame, columns: list[tuple]) -> pd.DataFrame:
-    labels = sorted(df["label"].unique(), key=label_order)
+    """Labels × columns of "score [CI]" cells, labels in the frame's (the rows') order."""
+    labels = list(dict.fromkeys(df["label"]))
     out = pd.DataFrame(index=labels)
     for name, mask in columns:
         sub = df[mask].set_index("label")
