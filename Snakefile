@@ -52,14 +52,7 @@ include: "workflow/rules/report.smk"
 localrules:  # light: under --profile slurm they run in the submitting process, not as jobs
     all,
     report,
-    rect_report,
-    mudaf_report,
-    lkg_report,
-    leaderboard_report,
     select_heads,
-
-
-REPORT_RULES = ["report", "rect_report", "mudaf_report", "lkg_report", "leaderboard_report"]
 
 
 rule all:  # the reports, and every model and file they read (README: If a run is interrupted)
@@ -69,7 +62,7 @@ rule all:  # the reports, and every model and file they read (README: If a run i
         # model or evaluation whose job an interrupted run had started (its output removed first)
         # would stay missing, silently; with them the next run rebuilds it and reruns its readers.
         [model_dir(m) for m in ALL_MODELS],
-        [f for name in REPORT_RULES if rules.has(name) for f in getattr(rules, name).input],
+        [f for study in STUDIES for f in report_input_files(study)],
 
 
 WORKER = []  # the warm fork server of a local run (zoomattn/worker.py)

@@ -18,7 +18,22 @@ from zoomattn.methods import METHODS
 
 GRID_MODULE = "grid.py"  # the grid's module: the cross-method report calls it
 METHOD_GROUPS = ("finetune", "evaluate", "select")  # the groups a cell's method joins
-COMBOS = [(g, None) for g in GROUPS] + [(g, m) for g in METHOD_GROUPS for m in METHODS]
+REPORTS = ("opamp", "rectification", "mudaf", "lkg", "leaderboard")  # a report job: its study's
+COMBOS = (
+    [(g, None) for g in GROUPS if g != "report"]
+    + [("report", study) for study in REPORTS]
+    + [(g, m) for g in METHOD_GROUPS for m in METHODS]
+)
+
+
+def job_args(combo: tuple) -> dict:
+    """(group, method) or ("report", study) as ``CodeIndex.hash``'s arguments."""
+    group, which = combo
+    return (
+        {"group": group, "report": which}
+        if group == "report"
+        else {"group": group, "method": which}
+    )
 
 
 @pytest.fixture
@@ -30,7 +45,7 @@ def package(tmp_path) -> Path:
 
 def hashes(package: Path) -> dict:
     index = CodeIndex(package)
-    return {combo: index.hash(*combo) for combo in COMBOS}
+    return {combo: index.hash(**job_args(combo)) for combo in COMBOS}
 
 
 def changed(before: dict, after: dict) -> set:
@@ -85,7 +100,7 @@ def test_a_code_edit_in_a_function_changes_exactly_the_groups_that_need_it(packa
         module = "zoomattn." + relative.removesuffix(".py").replace("/", ".")
         original = path.read_text()
         function = next(n for n in ast.parse(original).body if isinstance(n, ast.FunctionDef))
-        needing = {c for c in COMBOS if (module, function.name) in index.group_units(*c)}
+        needing = {c for c in COMBOS if (module, function.name) in index.group_units(**job_args(c))}
         before = hashes(package)
         lines = original.splitlines(keepends=True)
         last = function.body[-1]
@@ -102,7 +117,8 @@ def test_an_attention_code_edit_reruns_the_model_jobs_and_not_the_data_nor_the_r
     path.write_text(path.read_text() + "\nEDITED = True\n")
     after = changed(before, hashes(package))
     assert {("finetune", m) for m in METHODS} | {("evaluate", None)} <= after
-    assert not after & {(g, None) for g in ("data", "sources", "base", "report")}
+    assert not after & {(g, None) for g in ("data", "sources", "base")}
+    assert not {c for c in after if c[0] == "report"}
 
 
 def test_editing_grid_changes_the_hash_of_the_cross_method_report(package):
@@ -110,7 +126,7 @@ def test_editing_grid_changes_the_hash_of_the_cross_method_report(package):
     path = package / GRID_MODULE
     path.write_text(path.read_text() + "\nEDITED = True\n")
     after = changed(before, hashes(package))
-    assert ("report", None) in after
+    assert ("report", "leaderboard") in after
     assert not after & {(g, None) for g in ("data", "sources", "base", "pretrain")}
 
 
@@ -125,7 +141,8 @@ def test_editing_one_methods_folder_changes_only_that_methods_model_jobs_hashes(
     assert {(g, method) for g in METHOD_GROUPS} <= after
     others = [None, *(m for m in METHODS if m != method)]
     assert not after & {(g, m) for g in ("finetune", "evaluate") for m in others}
-    assert not after & {(g, None) for g in ("data", "sources", "base", "pretrain", "report")}
+    assert not after & {(g, None) for g in ("data", "sources", "base", "pretrain")}
+    assert not {c for c in after if c[0] == "report"}
 
 
 def test_config_re_exports_the_hash_the_rules_call():

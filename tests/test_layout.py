@@ -1,4 +1,5 @@
 import copy
+import importlib
 
 import pytest
 import yaml
@@ -17,15 +18,17 @@ def layout():
     return Layout("out", Grid(load_config(raw)))
 
 
-def test_each_report_reads_its_kinds_of_input(layout):
-    kinds = {name: list(layout.report_inputs(s)) for name, s in layout.grid.studies.items()}
-    assert kinds == {
-        "opamp": ["evals", "attention", "base_metrics"],
-        "rectification": ["evals", "margin"],
-        "mudaf": ["evals", "heads", "masking", "selections"],
-        "lkg": ["evals", "patterns", "train_metrics"],
-        "leaderboard": ["evals", "attention", "heads", "patterns"],
-    }
+def test_each_study_hands_its_report_package_exactly_the_kinds_it_reads(layout):
+    for name, study in layout.grid.studies.items():
+        package = importlib.import_module(f"zoomattn.reporting.{name}")
+        assert tuple(layout.report_inputs(study)) == tuple(package.KINDS), name
+
+
+def test_the_cross_report_reads_the_predictions_beside_every_evaluation(layout):
+    cross = layout.report_inputs(layout.grid.studies["leaderboard"])
+    assert cross["predictions"] == [
+        f.removesuffix(".json") + ".predictions.jsonl" for f in cross["evals"]
+    ]
 
 
 def test_a_study_report_reads_its_own_evaluations_and_the_cross_report_every_one(layout):

@@ -114,8 +114,8 @@ def test_check_config_reports_a_bad_override_in_one_line(checkout_dir, override,
     assert got.startswith(message) and "\n" not in got
 
 
-REPORT = ["--results", "r", "--eval-files", "e.json", "--attention-files", "a.json"]
-REPORT += ["--base-metrics", "m.json", "--out", "o"]
+REPORT_TO = ["--results", "r", "--study", "opamp", "--out", "o"]
+REPORT = [*REPORT_TO, "--inputs", "evals=e.json", "attention=a.json", "base_metrics=m.json"]
 
 
 def test_a_report_stage_reads_its_spec_from_a_file_and_other_stages_refuse_one(tmp_path):
@@ -133,3 +133,42 @@ def test_an_unknown_command_is_named_without_listing_the_internal_ones(capsys):
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "unknown command 'regenerat'" in err and "--help" in err
     assert "worker" not in err and "mlflow" not in err
+
+
+def _inputs(*tokens: str) -> dict:
+    return (
+        build_parser()
+        .parse_args(["report", "--spec", "{}", *REPORT[:6], "--inputs", *tokens])
+        .inputs
+    )
+
+
+def test_report_inputs_are_paths_by_kind_a_bare_path_joining_the_kind_before_it():
+    got = _inputs("evals=a.json", "b.json", "heads=h.json", "masking=", "evals=c.json")
+    assert got == {
+        "evals": [Path("a.json"), Path("b.json"), Path("c.json")],
+        "heads": [Path("h.json")],
+        "masking": [],  # `masking={input.masking}` with no masked model
+    }
+
+
+@pytest.mark.parametrize(
+    "tokens,said",
+    [
+        (["a.json"], "'a.json' has no kind"),
+        (["evals=a.json", "eval=b.json"], "unknown kind 'eval'"),
+    ],
+)
+def test_report_inputs_without_a_known_kind_are_refused_naming_the_token(capsys, tokens, said):
+    with pytest.raises(SystemExit):
+        _inputs(*tokens)
+    assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("old", ["rect-report", "mudaf-report", "lkg-report", "leaderboard-report"])
+def test_the_per_study_report_commands_are_gone_for_the_one_report_command(capsys, old):
+    with pytest.raises(SystemExit):
+        run_stage([old, "--spec", "{}", *REPORT])
+    assert f"unknown command {old!r}" in capsys.readouterr().err
+    args = build_parser().parse_args(["report", "--spec", "{}", *REPORT])
+    assert (args.stage, args.study) == ("report", "opamp")

@@ -111,19 +111,32 @@ def test_analyses_read_the_settings_of_the_study_that_configures_them(specs):
 
 def test_each_report_spec_holds_its_studys_block_cells_base_and_seeds(specs):
     opamp = specs.report("opamp")
-    assert opamp["cells"] == {
-        "qlora": ["qlora", {}],
-        "opamp-K10": ["opamp", {"K": 10, "every": 2, "adapter_dim": 16, "dropout": 0.1}],
-        "opamp-Kinf": ["opamp", {"K": "inf", "every": 2, "adapter_dim": 16, "dropout": 0.1}],
+    opamp_values = {"every": 2, "adapter_dim": 16, "dropout": 0.1}
+    assert opamp["cells"] == {  # by model id: the report labels a model from its cell
+        "qlora_s0": {"run": "qlora", "method": "qlora", "values": {}, "seed": 0},
+        "opamp-K10_s0": {
+            "run": "opamp-K10",
+            "method": "opamp",
+            "values": {"K": 10, **opamp_values},
+            "seed": 0,
+        },
+        "opamp-Kinf_s0": {
+            "run": "opamp-Kinf",
+            "method": "opamp",
+            "values": {"K": "inf", **opamp_values},
+            "seed": 0,
+        },
     }
-    assert opamp["code"] == code_hash("report")
+    assert opamp["code"] == code_hash("report", report="opamp") != code_hash("report", report="lkg")
     rect = specs.report("rectification")
     assert rect["rectification"] == specs.cfg["studies"]["rectification"]
     assert rect["cells"]["rectification/rectify_auto-reverse_s0"]["placement"] == "reverse"
     mudaf = specs.report("mudaf")
     assert mudaf["studies"]["leaderboard/lkg_s1"] == "leaderboard" and mudaf["clipped_heads"] == {}
+    assert mudaf["bases"] == {s: "base" for s in specs.grid.studies}
     lkg = specs.report("lkg")
     assert set(lkg) == {"preset", "lkg", "cells", "base", "seeds", "code"}
+    assert lkg["cells"]["lkg/lkg_no_lpr_s0"]["entry"] == "lkg_no_lpr"  # Fig. 6 finds models by it
     cross = specs.report("leaderboard")
     assert cross["seeds"] == [0, 1] and cross["grid_seeds"] == [0]
     assert set(cross["studies"]) == {"rectification", "mudaf", "lkg"}

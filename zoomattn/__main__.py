@@ -9,50 +9,37 @@ onstart/onsuccess/onerror handlers) are internal and left out of the help.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import logging
 import os
 import sys
 from pathlib import Path
 
+from zoomattn import stages
 from zoomattn.gpus import claim_for_spec
 
 # bitsandbytes wraps its CPU 4-bit ops in torch.compile; compiling them costs ~6 s in every job
 # process and changed no prediction in our runs (measured). Set TORCHDYNAMO_DISABLE=0 to compile.
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
-# stage -> its path arguments (all but --spec, --results and --threads)
-STAGES = {
-    "world": ["out"],
-    "train-data": ["out"],  # and --world-dir at the synthetic scale
-    "eval-data": ["out"],
-    "pretrain": ["world_dir", "out", "ckpt"],
-    "base-model": ["out"],
-    "finetune": ["data_dir", "base_dir", "out", "ckpt"],
-    "evaluate": ["model_dir", "base_dir", "split_dir", "out", "predictions"],
-    "attention": ["model_dir", "base_dir", "split_dir", "out"],
-    "report": ["base_metrics", "out"],
-    "score-margin": ["model_dir", "base_dir", "split_dir", "out"],
-    "rect-report": ["margin", "out"],
-    "retrieval-heads": ["model_dir", "base_dir", "split_dir", "out"],
-    "head-patterns": ["model_dir", "base_dir", "split_dir", "out"],
-    "head-masking": ["model_dir", "base_dir", "split_dir", "scores", "out"],
-    "select-heads": ["scores", "out"],
-    "mudaf-report": ["out"],
-    "lkg-report": ["out"],
-    "leaderboard-report": ["out"],
-}
 ENV_RESULTS = "ZOOMATTN_RESULTS"  # the default of every --results
-THREADED = {
-    "pretrain",
-    "finetune",
-    "evaluate",
-    "attention",
-    "score-margin",
-    "retrieval-heads",
-    "head-masking",
-    "head-patterns",
-}
+STAGES = stages.STAGES  # stage -> its function (zoomattn/stages: the one table of them)
+
+
+def stage_paths(stage: str) -> list[str]:
+    """A stage's path arguments: its function's required ``Path`` parameters but ``results``
+    (``--spec``, ``--results`` and ``--threads`` are every stage's)."""
+    params = inspect.signature(stages.function(stage)).parameters.values()
+    return [
+        p.name
+        for p in params
+        if p.annotation == "Path" and p.default is p.empty and p.name != "results"
+    ]
+
+
+def threaded(stage: str) -> bool:
+    return "threads" in inspect.signature(stages.function(stage)).parameters
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -81,18 +68,13 @@ STAGE_HELP = {
     "finetune": "one grid cell (method, setting, seed) fine-tuned on the base model",
     "evaluate": "one model's predictions and score on one evaluation set",
     "attention": "one model's golden-document attention share and answer-token gap",
-    "report": "the OpAmp study's tables and figures",
     "score-margin": "the base's pre-softmax score margins and the xi that covers them",
-    "rect-report": "the rectification study's tables and figures",
     "retrieval-heads": "every head's retrieval score (MuDAF)",
     "head-patterns": "every head's attention pattern: edge, uniform, middle, other (LKG-RALM)",
     "head-masking": "the score with the model's top-k retrieval heads masked vs k random (MuDAF)",
     "select-heads": "MuDAF's target heads for one cell, from the base's retrieval-head scores",
-    "mudaf-report": "the MuDAF study's tables and figures",
-    "lkg-report": "the LKG-RALM study's tables and figures",
-    "leaderboard-report": "the cross-method leaderboard, fidelity table and diagnostics",
+    "report": "one study's tables and figures (--study: a folder of zoomattn/reporting/)",
 }
-REPORTS = ("report", "rect-report", "mudaf-report", "lkg-report", "leaderboard-report")
 
 
 def _listing(commands: dict[str, str]) -> str:
@@ -126,33 +108,53 @@ def _add_stage(sub, stage: str, paths: list[str]) -> None:
     p = sub.add_parser(stage, description=f"{STAGE_HELP[stage]} (called by the workflow's rules)")
     spec = p.add_mutually_exclusive_group(required=True)
     spec.add_argument("--spec", help="the job's config values, as JSON")
-    if stage in REPORTS:  # the report rules pass a file: their spec stays out of the HTML report
+    if stage == "report":  # the report rules pass a file: their spec stays out of the HTML report
         spec.add_argument("--spec-file", type=Path, help="the job's config values, a JSON file")
     _add_results(p)
     for name in paths:
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, required=True, type=Path)
     if stage in ("train-data", "eval-data"):
         p.add_argument("--world-dir", type=Path, help="the synthetic world (tiny, smoke)")
-    if stage in THREADED:
+    if threaded(stage):
         p.add_argument("--threads", type=int, default=1)
-    if stage in REPORTS:
-        p.add_argument("--eval-files", nargs="+", type=Path, required=True)
-    if stage == "mudaf-report":
-        p.add_argument("--heads-files", nargs="+", type=Path, required=True)
-        p.add_argument("--masking-files", nargs="*", type=Path, default=[])
-        p.add_argument("--selection-files", nargs="*", type=Path, default=[])
-    if stage == "lkg-report":
-        p.add_argument("--patterns-files", nargs="*", type=Path, default=[])
-        p.add_argument("--train-files", nargs="*", type=Path, default=[])
     if stage == "report":
-        p.add_argument("--attention-files", nargs="+", type=Path, required=True)
-    if stage == "leaderboard-report":
-        for name in ("attention", "heads", "patterns"):
-            p.add_argument(f"--{name}-files", nargs="*", type=Path, default=[])
+        p.add_argument("--study", required=True, help="opamp, rectification, mudaf, lkg, ...")
+        p.add_argument(
+            "--inputs",
+            nargs="+",
+            required=True,
+            action=InputsAction,
+            metavar="KIND=PATH",
+            help="the metric files by kind (zoomattn/reporting/common/inputs.py); a bare PATH "
+            "belongs to the KIND before it, KIND= alone is a kind with no file",
+        )
     if stage == "finetune":
         p.add_argument("--margin", type=Path, help="the base's score margin (xi: auto)")
         p.add_argument("--heads", type=Path, help="the selected target heads (MuDAF)")
         p.add_argument("--patterns", type=Path, help="the base's head patterns (LKG-RALM)")
+
+
+class InputsAction(argparse.Action):
+    """``--inputs evals=a.json b.json attention=c.json masking=`` -> {kind: [paths]}: the form
+    ``kind={input.files}`` takes in a rule's shell line."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from zoomattn.reporting.common.inputs import KINDS
+
+        inputs: dict[str, list[Path]] = {}
+        kind = None
+        for token in values:
+            name, equals, path = token.partition("=")
+            if equals and name.isidentifier():
+                if name not in KINDS:
+                    parser.error(f"--inputs: unknown kind {name!r} (kinds: {', '.join(KINDS)})")
+                kind = name
+                inputs.setdefault(kind, []).extend([Path(path)] if path else [])
+            elif kind is None:
+                parser.error(f"--inputs: {token!r} has no kind: write KIND=PATH")
+            else:
+                inputs[kind].append(Path(token))
+        setattr(namespace, self.dest, inputs)
 
 
 def _add_user_commands(sub) -> None:
@@ -195,8 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
         dest="stage", required=True, metavar="COMMAND", help=argparse.SUPPRESS, prog=parser.prog
     )
     _add_user_commands(sub)
-    for stage, paths in STAGES.items():
-        _add_stage(sub, stage, paths)
+    for stage in STAGES:
+        _add_stage(sub, stage, stage_paths(stage))
     _add_internal_commands(sub)
     return parser
 
@@ -243,7 +245,7 @@ def run_stage(argv: list[str]) -> None:
         _run_user_command(stage, args)
         return
 
-    from zoomattn import stages, tracking
+    from zoomattn import tracking
 
     if stage == "mlflow-start":
         exp, run = tracking.start_parent(
@@ -257,7 +259,7 @@ def run_stage(argv: list[str]) -> None:
     spec_file = args.pop("spec_file", None)
     args["spec"] = json.loads(spec_file.read_text() if spec_file else args["spec"])
     claim_for_spec(args["spec"])  # before the stage can initialise CUDA, which reads the cards once
-    getattr(stages, stage.replace("-", "_"))(**args)
+    stages.function(stage)(**args)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "head-patterns",
     ),
     "select": ("select-heads",),
-    "report": ("report", "rect-report", "mudaf-report", "lkg-report", "leaderboard-report"),
+    "report": ("report",),  # with the study's own package (``report=``): the stage loads it by name
 }
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 HEADER = None  # the unit of a module's top-level statements other than definitions
@@ -236,19 +236,31 @@ class CodeIndex:
             raise ValueError(f"no method folder {self.methods.replace('.', '/')}/{method}/")
         return modules
 
-    def group_units(self, group: str, method: str | None = None) -> set[tuple[str, str | None]]:
-        """Every unit of code a job of ``group`` (for a cell of ``method``) runs."""
+    def report_modules(self, study: str) -> list[str]:
+        package = f"{self.root}.reporting.{study}"
+        modules = [m for m in self.files if m == package or m.startswith(f"{package}.")]
+        if not modules:
+            raise ValueError(f"no report package {package.replace('.', '/')}/ for study {study!r}")
+        return modules
+
+    def group_units(
+        self, group: str, method: str | None = None, report: str | None = None
+    ) -> set[tuple[str, str | None]]:
+        """Every unit of code a job of ``group`` (for a cell of ``method``; the report of study
+        ``report``) runs."""
         if group not in GROUPS:
             raise ValueError(f"unknown code group {group!r}; the groups: {', '.join(GROUPS)}")
         starts = [self.stage_unit(stage) for stage in GROUPS[group]]
         if method is not None:
             starts += [(module, WHOLE) for module in self.method_modules(method)]
+        if report is not None:
+            starts += [(module, WHOLE) for module in self.report_modules(report)]
         return self.closure(starts)
 
-    def hash(self, group: str, method: str | None = None) -> str:
+    def hash(self, group: str, method: str | None = None, report: str | None = None) -> str:
         h = hashlib.sha256()
         for module, name in sorted(
-            self.group_units(group, method), key=lambda u: (u[0], u[1] or "")
+            self.group_units(group, method, report), key=lambda u: (u[0], u[1] or "")
         ):
             h.update(f"{module}:{name or ''} {self.units(module)[name].digest}\n".encode())
         return h.hexdigest()[:16]
@@ -275,10 +287,11 @@ def package_index() -> CodeIndex:
 
 
 @functools.cache
-def code_hash(group: str, method: str | None = None) -> str:
+def code_hash(group: str, method: str | None = None, report: str | None = None) -> str:
     """The hash of the code a job of ``group`` runs; ``method``: the cell's method, whose folder
-    counts for its own jobs only."""
-    return package_index().hash(group, method)
+    counts for its own jobs only; ``report``: the study whose report package a report job runs
+    (the report stage imports it by name)."""
+    return package_index().hash(group, method, report)
 
 
 def stage_modules() -> list[str]:

@@ -212,7 +212,7 @@ class Specs:
         and seeds), and the report code's hash."""
         study = self.grid.studies[name]
         build = REPORTS.get(name, Specs._study_report)
-        return {"preset": self.preset, **build(self, study), "code": code_hash("report")}
+        return {"preset": self.preset, **build(self, study), "code": code_hash("report", report=name)}
 
     def _study_report(self, study: Study, keys=CELL_KEYS) -> dict:
         cells = {mid: {k: getattr(m, k) for k in keys} for mid, m in study.models.items()}
@@ -221,7 +221,7 @@ class Specs:
     def _opamp_report(self, study: Study) -> dict:
         return {
             "benchmarks": study.benchmarks,
-            "cells": {m.run: [m.method, m.values] for m in study.models.values()},
+            "cells": {mid: {k: getattr(m, k) for k in CELL_KEYS} for mid, m in study.models.items()},
             "seeds": study.seeds,
             "attention": study.block["attention"],
         }
@@ -229,9 +229,13 @@ class Specs:
     def _rectification_report(self, study: Study) -> dict:
         return self._study_report(study, (*CELL_KEYS, "placement"))
 
+    def _lkg_report(self, study: Study) -> dict:
+        return self._study_report(study, (*CELL_KEYS, "entry"))  # Fig. 6's models, by entry
+
     def _mudaf_report(self, study: Study) -> dict:
         studies = {mid: m.study for mid, m in self.grid.models.items()}
-        extra = {"studies": studies, "clipped_heads": study.clipped_heads()}
+        bases = {s.name: s.base for s in self.grid}  # each study's base: the across-methods table
+        extra = {"studies": studies, "bases": bases, "clipped_heads": study.clipped_heads()}
         return {**self._study_report(study), **extra}
 
     def cross_report(self, study: Study | None = None) -> dict:
@@ -263,5 +267,6 @@ REPORTS = {  # a study -> its report spec's builder (the default: ``Specs._study
     "opamp": Specs._opamp_report,
     "rectification": Specs._rectification_report,
     "mudaf": Specs._mudaf_report,
+    "lkg": Specs._lkg_report,
     "leaderboard": Specs.cross_report,
 }

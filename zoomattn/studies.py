@@ -42,7 +42,9 @@ KINDS = {  # in report order
     "rectification": Kind(report=("evals", "margin")),
     "mudaf": Kind(report=("evals", "heads", "masking", "selections")),
     "lkg": Kind(report=("evals", "patterns", "train_metrics")),
-    "leaderboard": Kind(report=("evals", "attention", "heads", "patterns"), cross=True),
+    "leaderboard": Kind(
+        report=("evals", "predictions", "attention", "heads", "patterns"), cross=True
+    ),
 }
 
 # the block key that configures analyses -> the analyses (each a rule of its own)

@@ -8,12 +8,15 @@ import math
 import numpy as np
 import pandas as pd
 
-from tests.reporting.test_retrieval_figures import _masking, _scores
-from zoomattn.reporting import diagnostics, figures, leaderboard, lkg_figures
-from zoomattn.reporting import mudaf_figures as mudaf
-from zoomattn.reporting import published_lkg as paper_lkg
-from zoomattn.reporting import rectification_figures as rect
-from zoomattn.reporting import retrieval_figures as retrieval
+from tests.reporting.mudaf.test_retrieval_figures import _masking, _scores
+from zoomattn.reporting.leaderboard import diagnostics
+from zoomattn.reporting.leaderboard import table as leaderboard
+from zoomattn.reporting.lkg import figures as lkg_figures
+from zoomattn.reporting.lkg import published as paper_lkg
+from zoomattn.reporting.mudaf import figures as mudaf
+from zoomattn.reporting.mudaf import retrieval_figures as retrieval
+from zoomattn.reporting.opamp import figures
+from zoomattn.reporting.rectification import figures as rect
 
 CAPTION = (
     "preset smoke, seeds 0, 1 and 2, 95% bootstrap CI over seeds and examples; retrieval "
@@ -45,13 +48,13 @@ def per_bench_rows(rows: list[str]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-# --- OpAmp (figures.py) ---
+# --- OpAmp (opamp/figures.py) ---
 
 
 def ksweep(out):
     index = ["base (no fine-tune)", "QLoRA", "K=1", "K=10", "K=∞"]
     t3 = pd.DataFrame({"Avg": values(5, flat=True)}, index=index)
-    return figures.ksweep(t3, out / "ksweep.png", CAPTION)
+    return figures.ksweep(t3, index[2:], out / "ksweep.png", CAPTION)
 
 
 def noise_curves(out):
@@ -276,27 +279,27 @@ def head_patterns(out):
 
 
 FIGURES = {  # the drawing function (module.name) -> its input here
-    "figures.ksweep": ksweep,
-    "figures.noise_curves": noise_curves,
-    "figures.golden_share": golden_share,
-    "rectification_figures.xi_curves": xi_curves,
-    "rectification_figures.published_curves": published_curves,
-    "rectification_figures.answer_gap": answer_gap,
-    "rectification_figures.g_variants": g_variants,
-    "rectification_figures.margin": margin,
-    "mudaf_figures.head_sweep": head_sweep,
-    "mudaf_figures.target_heads": target_heads,
-    "mudaf_figures.delta_maps": delta_maps,
-    "mudaf_figures.across_methods": across_methods,
-    "retrieval_figures.plot_retrieval_curve": retrieval_curve,
-    "retrieval_figures.plot_retrieval_heatmap": retrieval_heatmap,
-    "retrieval_figures.plot_masking": masking,
-    "leaderboard.plot": leaderboard_plot,
-    "diagnostics.plot_golden_share": diag_golden_share,
-    "diagnostics.plot_answer_gap": diag_answer_gap,
-    "diagnostics.plot_retrieval_heads": diag_retrieval_heads,
-    "diagnostics.plot_common_answer_gap": diag_common_answer_gap,
-    "diagnostics.plot_head_patterns": diag_head_patterns,
-    "lkg_figures.robustness": robustness,
-    "lkg_figures.head_patterns": head_patterns,
+    "opamp.figures.ksweep": ksweep,
+    "opamp.figures.noise_curves": noise_curves,
+    "opamp.figures.golden_share": golden_share,
+    "rectification.figures.xi_curves": xi_curves,
+    "rectification.figures.published_curves": published_curves,
+    "rectification.figures.answer_gap": answer_gap,
+    "rectification.figures.g_variants": g_variants,
+    "rectification.figures.margin": margin,
+    "mudaf.figures.head_sweep": head_sweep,
+    "mudaf.figures.target_heads": target_heads,
+    "mudaf.figures.delta_maps": delta_maps,
+    "mudaf.figures.across_methods": across_methods,
+    "mudaf.retrieval_figures.plot_retrieval_curve": retrieval_curve,
+    "mudaf.retrieval_figures.plot_retrieval_heatmap": retrieval_heatmap,
+    "mudaf.retrieval_figures.plot_masking": masking,
+    "leaderboard.table.plot": leaderboard_plot,
+    "leaderboard.diagnostics.plot_golden_share": diag_golden_share,
+    "leaderboard.diagnostics.plot_answer_gap": diag_answer_gap,
+    "leaderboard.diagnostics.plot_retrieval_heads": diag_retrieval_heads,
+    "leaderboard.diagnostics.plot_common_answer_gap": diag_common_answer_gap,
+    "leaderboard.diagnostics.plot_head_patterns": diag_head_patterns,
+    "lkg.figures.robustness": robustness,
+    "lkg.figures.head_patterns": head_patterns,
 }

@@ -11,16 +11,14 @@ from matplotlib.colors import to_hex
 from matplotlib.lines import Line2D
 
 from tests.reporting import figure_inputs as inputs
-from zoomattn.reporting import (
-    diagnostics,
-    figures,
-    leaderboard,
-    lkg_figures,
-    mudaf_figures,
-    rectification_figures,
-    retrieval_figures,
-)
-from zoomattn.reporting.plotting import NO_DATA, notes
+from zoomattn.reporting.common.plotting import NO_DATA, notes
+from zoomattn.reporting.leaderboard import diagnostics
+from zoomattn.reporting.leaderboard import table as leaderboard
+from zoomattn.reporting.lkg import figures as lkg_figures
+from zoomattn.reporting.mudaf import figures as mudaf_figures
+from zoomattn.reporting.mudaf import retrieval_figures
+from zoomattn.reporting.opamp import figures
+from zoomattn.reporting.rectification import figures as rectification_figures
 
 FIGURE_MODULES = (diagnostics, figures, leaderboard, lkg_figures, mudaf_figures)
 FIGURE_MODULES += (rectification_figures, retrieval_figures)
@@ -119,7 +117,7 @@ def test_every_panel_without_data_says_so(fig):
 
 
 def test_flat_scores_get_the_limits_of_equal_values_not_a_magnified_view(drawn):
-    varying, flat = panels(drawn("rectification_figures.xi_curves"))
+    varying, flat = panels(drawn("rectification.figures.xi_curves"))
     assert flat.get_title().startswith("flat_like")
     assert flat.get_ylim() == pytest.approx((-0.05, 0.05))
     assert varying.get_ylim()[1] - varying.get_ylim()[0] > 1
@@ -148,7 +146,7 @@ EMPTY = {
     ),
     "no K row in Table 3": (
         lambda out: figures.ksweep(
-            pd.DataFrame({"Avg": [1.0]}, index=["QLoRA"]), out / "k.png", "c"
+            pd.DataFrame({"Avg": [1.0]}, index=["QLoRA"]), [], out / "k.png", "c"
         ),
         "no OpAmp (K=…) row in Table 3",
     ),
@@ -171,7 +169,7 @@ def test_a_panel_with_nothing_to_draw_says_why_in_the_panel(case, tmp_path):
 
 
 def test_a_benchmark_without_leaderboard_cells_gets_a_panel_saying_so(drawn):
-    fig = drawn("leaderboard.plot")
+    fig = drawn("leaderboard.table.plot")
     assert empty_notes(fig) == {"no data: no leaderboard cell of multi_noisy"}
 
 
@@ -181,7 +179,7 @@ def zero_notes(ax) -> list[str]:
 
 @pytest.mark.parametrize(
     "name, zero_panel",
-    [("diagnostics.plot_retrieval_heads", 0), ("mudaf_figures.target_heads", 1)],
+    [("leaderboard.diagnostics.plot_retrieval_heads", 0), ("mudaf.figures.target_heads", 1)],
 )
 def test_a_panel_of_zero_length_bars_says_every_value_is_zero(drawn, name, zero_panel):
     assert [bool(zero_notes(ax)) for ax in panels(drawn(name))] == [
@@ -190,7 +188,7 @@ def test_a_panel_of_zero_length_bars_says_every_value_is_zero(drawn, name, zero_
 
 
 def test_bars_with_a_nonzero_value_carry_no_zero_note(drawn):
-    assert not zero_notes(panels(drawn("mudaf_figures.across_methods"))[0])
+    assert not zero_notes(panels(drawn("mudaf.figures.across_methods"))[0])
 
 
 def gap_markers(ax):
@@ -200,10 +198,13 @@ def gap_markers(ax):
 @pytest.mark.parametrize(
     "name, where",
     [
-        ("figures.golden_share", [inputs.GAPS_AT, inputs.GAPS_AT]),  # base and QLoRA
-        ("figures.noise_curves", [[0.5]]),
-        ("lkg_figures.robustness", [[2]]),
-        ("diagnostics.plot_golden_share", [[2], [2]]),  # the first panel: base and its model
+        ("opamp.figures.golden_share", [inputs.GAPS_AT, inputs.GAPS_AT]),  # base and QLoRA
+        ("opamp.figures.noise_curves", [[0.5]]),
+        ("lkg.figures.robustness", [[2]]),
+        (
+            "leaderboard.diagnostics.plot_golden_share",
+            [[2], [2]],
+        ),  # the first panel: base and its model
     ],
 )
 def test_a_missing_point_is_a_hollow_marker_at_its_x_named_last_in_the_legend(drawn, name, where):
@@ -216,18 +217,18 @@ def test_a_missing_point_is_a_hollow_marker_at_its_x_named_last_in_the_legend(dr
 
 
 def test_a_missing_bar_is_a_hollow_marker_in_its_slot(drawn):
-    (mark,) = gap_markers(panels(drawn("mudaf_figures.target_heads"))[0])
+    (mark,) = gap_markers(panels(drawn("mudaf.figures.target_heads"))[0])
     assert list(mark.get_xdata()) == pytest.approx([1 + 0.27])  # head 1-1, Vanilla-SFT's bar
 
 
 def test_a_missing_horizontal_bar_is_marked_on_its_row(drawn):
-    marks = gap_markers(panels(drawn("mudaf_figures.across_methods"))[0])
+    marks = gap_markers(panels(drawn("mudaf.figures.across_methods"))[0])
     rows = sorted(y for m in marks for y in m.get_ydata())
     assert rows == pytest.approx([0 - 0.2, 0 + 0.2])  # the last model, both its bars
 
 
 def test_marking_a_gap_leaves_the_lines_colours_as_they_were(drawn):
-    ax = panels(drawn("figures.golden_share"))[0]
+    ax = panels(drawn("opamp.figures.golden_share"))[0]
     lines = [line for line in ax.lines if line.get_gid() != NO_DATA][:2]
     marks = gap_markers(ax)
     for artists, colour_of in ((lines, Line2D.get_color), (marks, Line2D.get_markeredgecolor)):
@@ -235,7 +236,7 @@ def test_marking_a_gap_leaves_the_lines_colours_as_they_were(drawn):
 
 
 def test_the_same_inputs_give_the_same_png_bytes(drawn, tmp_path):
-    name = "figures.golden_share"  # wrapped titles, gap markers, two legends
+    name = "opamp.figures.golden_share"  # wrapped titles, gap markers, two legends
     draw(inputs.FIGURES[name], tmp_path)
     png = drawn.png(name)
     assert png.read_bytes() == (tmp_path / png.name).read_bytes()
@@ -244,7 +245,7 @@ def test_the_same_inputs_give_the_same_png_bytes(drawn, tmp_path):
 def test_every_figure_function_has_an_input_here():
     """A figure function (one that takes a ``path``) without an input would skip these checks."""
     drawing = {
-        f"{module.__name__.rsplit('.', 1)[1]}.{name}"
+        f"{module.__name__.removeprefix('zoomattn.reporting.')}.{name}"
         for module in FIGURE_MODULES
         for name, f in vars(module).items()
         if inspect.isfunction(f)

@@ -5,6 +5,7 @@
 import json
 import re
 import subprocess
+from types import SimpleNamespace
 
 from zoomattn.cluster import JobKind
 from zoomattn.config_checks import is_synthetic
@@ -56,6 +57,7 @@ wildcard_constraints:
     benchmark=_alternatives(b for study in STUDIES.values() for b in study.benchmarks),
     split=SPLIT_PATTERN,
     train_set=_alternatives(GRID.train_sets),
+    study=_alternatives(STUDIES),
 
 
 def as_json(obj):
@@ -101,6 +103,27 @@ def model_dirs(files):
 
 REPORT_INPUTS = {name: LAYOUT.report_inputs(study) for name, study in STUDIES.items()}
 REPORTS = [LAYOUT.report_dir(name) for name in STUDIES]
+IN_MODEL_DIRS = ("base_metrics", "train_metrics")  # metrics.json files inside a model's directory
+
+
+def report_input(wildcards):
+    """A study's report job reads the files its Study names by kind, and its spec; for the
+    metrics files inside model directories, the directories (what the fine-tunes output)."""
+    inputs = REPORT_INPUTS[wildcards.study]
+    files = {k: model_dirs(f) if k in IN_MODEL_DIRS else f for k, f in inputs.items()}
+    return {**files, "spec": report_spec_file(wildcards.study)}
+
+
+def report_input_files(study):
+    """Every file a study's report reads (for `rule all`)."""
+    return [f for files in report_input(SimpleNamespace(study=study)).values() for f in
+            ([files] if isinstance(files, str) else files)]
+
+
+def report_inputs_arg(wildcards):
+    """The report command's `--inputs`: KIND=PATH PATH ... per kind (KIND= alone: no files)."""
+    inputs = REPORT_INPUTS[wildcards.study]
+    return " ".join(f"{kind}={' '.join(files)}" for kind, files in inputs.items())
 
 
 def report_spec_file(study):
@@ -163,9 +186,9 @@ def _report_subcategory(wildcards):
     return "figures" if wildcards.ext == "png" else "tables"
 
 
-def report_flag(study):
+def report_flag(study="{study}"):
     """A study's report directory, its figures and html tables in `snakemake --report`: under
-    the study, figures and tables apart, each labelled by its name alone. (A second label with
+    the study (the job's wildcard), figures and tables apart, each labelled by its name alone. (A second label with
     two values that split a list in halves, like png/html 4 and 4, becomes a toggle between pairs
     that do not exist here, and the report's page breaks on it.)"""
     return report(directory(LAYOUT.report_dir(study)), patterns=["{name}.{ext,png|html}"],

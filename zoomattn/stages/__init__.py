@@ -29,10 +29,6 @@ STAGES = {
     "head-masking": "zoomattn.stages.analysis:head_masking",
     "head-patterns": "zoomattn.stages.analysis:head_patterns",
     "report": "zoomattn.stages.reports:report",
-    "rect-report": "zoomattn.stages.reports:rect_report",
-    "mudaf-report": "zoomattn.stages.reports:mudaf_report",
-    "lkg-report": "zoomattn.stages.reports:lkg_report",
-    "leaderboard-report": "zoomattn.stages.reports:leaderboard_report",
 }
 # what a user runs besides (``python -m zoomattn regenerate``): no rule calls it
 COMMANDS = {"regenerate": "zoomattn.stages.reports:regenerate"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import json
 import logging
 from pathlib import Path
 
@@ -17,7 +19,7 @@ def _finish(out: Path, spec: dict) -> None:
     import pandas as pd
 
     from zoomattn.io import write_json
-    from zoomattn.reporting.html_tables import write_table_html
+    from zoomattn.reporting.common.html_tables import write_table_html
     from zoomattn.tracking import git_commit
 
     for table in sorted(Path(out).glob("*.csv")):
@@ -26,64 +28,6 @@ def _finish(out: Path, spec: dict) -> None:
             write_table_html(pd.read_csv(table), html)
     provenance = {"preset": spec["preset"], "seeds": spec.get("seeds"), "commit": git_commit()}
     write_json(Path(out) / "provenance.json", provenance)
-
-
-def report(
-    spec: dict,
-    eval_files: list[Path],
-    attention_files: list[Path],
-    base_metrics: Path,
-    out: Path,
-    results: Path,
-) -> None:
-    from zoomattn.io import atomic_dir
-    from zoomattn.reporting.build import build_report
-
-    with job_run(spec, "report", "opamp", results) as run, atomic_dir(out) as tmp:
-        build_report(
-            spec,
-            [read_json(p) for p in eval_files],
-            [read_json(p) for p in attention_files],
-            read_json(base_metrics),
-            tmp,
-        )
-        _finish(tmp, spec)
-        run.log_artifacts(tmp, "report")
-
-
-def rect_report(spec: dict, eval_files: list[Path], margin: Path, out: Path, results: Path) -> None:
-    from zoomattn.io import atomic_dir
-    from zoomattn.reporting.rectification import build_report
-
-    with job_run(spec, "report", "rectification", results) as run, atomic_dir(out) as tmp:
-        build_report(spec, [read_json(p) for p in eval_files], read_json(margin), tmp)
-        _finish(tmp, spec)
-        run.log_artifacts(tmp, "report")
-
-
-def mudaf_report(
-    spec: dict,
-    eval_files: list[Path],
-    heads_files: list[Path],
-    masking_files: list[Path],
-    selection_files: list[Path],
-    out: Path,
-    results: Path,
-) -> None:
-    from zoomattn.io import atomic_dir
-    from zoomattn.reporting.mudaf import build_report
-
-    with job_run(spec, "report", "mudaf", results) as run, atomic_dir(out) as tmp:
-        build_report(
-            spec,
-            [read_json(p) for p in eval_files],
-            [read_json(p) for p in heads_files],
-            [read_json(p) for p in masking_files],
-            [read_json(p) for p in selection_files],
-            tmp,
-        )
-        _finish(tmp, spec)
-        run.log_artifacts(tmp, "report")
 
 
 def _train_metrics(path: Path) -> dict:
@@ -97,46 +41,57 @@ def _train_metrics(path: Path) -> dict:
     return metrics
 
 
-def lkg_report(
-    spec: dict,
-    eval_files: list[Path],
-    patterns_files: list[Path],
-    train_files: list[Path],
-    out: Path,
-    results: Path,
-) -> None:
-    from zoomattn.io import atomic_dir
-    from zoomattn.reporting.lkg import build_report
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
-    with job_run(spec, "report", "lkg", results) as run, atomic_dir(out) as tmp:
-        build_report(
-            spec,
-            [read_json(p) for p in eval_files],
-            [read_json(p) for p in patterns_files],
-            [_train_metrics(p) for p in train_files],
-            tmp,
+
+LOADERS = {"train_metrics": _train_metrics, "predictions": _jsonl}  # every other kind: JSON
+
+
+def load_inputs(inputs: dict[str, list[Path]]) -> dict[str, list]:
+    """Each kind's files, loaded: JSON, predictions as their JSONL rows, a fine-tune's metrics
+    with its model id."""
+    return {
+        kind: [LOADERS.get(kind, read_json)(p) for p in paths] for kind, paths in inputs.items()
+    }
+
+
+def report_package(study: str):
+    """The study's report package, ``zoomattn/reporting/<study>/``: a new study's report is one
+    new folder with ``KINDS`` and ``build_report``."""
+    name = f"zoomattn.reporting.{study}"
+    try:
+        package = importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name != name:  # the package exists and one of its imports is missing: say that
+            raise
+        raise ValueError(
+            f"no report for study {study!r}: zoomattn/reporting/{study}/ is missing"
+        ) from None
+    if not hasattr(package, "build_report"):
+        raise ValueError(f"zoomattn/reporting/{study}/ is no study's report (no build_report)")
+    return package
+
+
+def _check_kinds(study: str, package, inputs: dict) -> None:
+    unread = sorted(set(inputs) - set(package.KINDS))
+    if unread:
+        raise ValueError(
+            f"the {study} report reads {', '.join(package.KINDS)}; it has no use for "
+            f"{', '.join(unread)}"
         )
-        _finish(tmp, spec)
-        run.log_artifacts(tmp, "report")
 
 
-def leaderboard_report(
-    spec: dict,
-    eval_files: list[Path],
-    attention_files: list[Path],
-    heads_files: list[Path],
-    patterns_files: list[Path],
-    out: Path,
-    results: Path,
-) -> None:
+def report(study: str, spec: dict, inputs: dict[str, list[Path]], out: Path, results: Path) -> None:
+    """One study's report, by its package's ``build_report``, from the files of each kind; a kind
+    it reads and was given no file of is an empty list."""
     from zoomattn.io import atomic_dir
-    from zoomattn.reporting.cross import build_cross_report
-    from zoomattn.tracking import git_commit
 
-    with job_run(spec, "report", "leaderboard", results) as run, atomic_dir(out) as tmp:
-        build_cross_report(
-            spec, eval_files, attention_files, heads_files, patterns_files, tmp, git_commit()
-        )
+    package = report_package(study)
+    _check_kinds(study, package, inputs)
+    with job_run(spec, "report", study, results) as run, atomic_dir(out) as tmp:
+        loaded = load_inputs(inputs)
+        package.build_report(spec, {kind: loaded.get(kind, []) for kind in package.KINDS}, tmp)
         _finish(tmp, spec)
         run.log_artifacts(tmp, "report")
 
@@ -154,7 +109,7 @@ def _workflow_command(config_files: list[Path], preset: str | None) -> str:
     return f"make run SNAKEMAKE_ARGS='{' '.join(args)}'" if args else "make run"
 
 
-def _check_results(files: dict[str, list[str]], config_files: list[Path], preset) -> None:
+def _check_results(files: dict[str, list[Path]], config_files: list[Path], preset) -> None:
     missing = [f for kind in files.values() for f in kind if not Path(f).exists()]
     if missing:
         more = f" (and {len(missing) - 1} more of its metric files)" if len(missing) > 1 else ""
@@ -164,6 +119,16 @@ def _check_results(files: dict[str, list[str]], config_files: list[Path], preset
         )
 
 
+def cross_report_files(cfg: dict) -> dict[str, list[Path]]:
+    """The cross-method report's input files, by kind: the grid's (``grid.cross_report_inputs``)
+    and the predictions beside each evaluation."""
+    from zoomattn import grid
+
+    files = {k: [Path(f) for f in v] for k, v in grid.cross_report_inputs(cfg, cfg["out"]).items()}
+    predictions = [f.with_suffix(".predictions.jsonl") for f in files["evals"]]
+    return {"evals": files.pop("evals"), "predictions": predictions, **files}
+
+
 def regenerate(config_files: list[Path], out: Path, preset: str | None = None) -> None:
     """The cross-method report again, from the metric files a run left under ``results/``:
     nothing is trained or evaluated, no model is read. The first config file is the grid's
@@ -171,22 +136,13 @@ def regenerate(config_files: list[Path], out: Path, preset: str | None = None) -
     ``--config preset=NAME`` does."""
     from zoomattn import grid
     from zoomattn.config import load_config, read_configs
-    from zoomattn.reporting.cross import build_cross_report
-    from zoomattn.tracking import git_commit
+    from zoomattn.reporting import leaderboard
 
     cfg = load_config(read_configs(config_files, preset))
-    files = grid.cross_report_inputs(cfg, cfg["out"])
+    files = cross_report_files(cfg)
     _check_results(files, config_files, preset)
     out.mkdir(parents=True, exist_ok=True)
     spec = grid.cross_report_spec(cfg)
-    build_cross_report(
-        spec,
-        [Path(f) for f in files["evals"]],
-        [Path(f) for f in files["attention"]],
-        [Path(f) for f in files["heads"]],
-        [Path(f) for f in files["patterns"]],
-        out,
-        git_commit(),
-    )
+    leaderboard.build_report(spec, load_inputs(files), out)
     _finish(out, spec)
     log.info("cross-method report regenerated in %s from %d metric files", out, len(files["evals"]))
