@@ -212,7 +212,11 @@ class Specs:
         and seeds), and the report code's hash."""
         study = self.grid.studies[name]
         build = REPORTS.get(name, Specs._study_report)
-        return {"preset": self.preset, **build(self, study), "code": code_hash("report", report=name)}
+        return {
+            "preset": self.preset,
+            **build(self, study),
+            "code": code_hash("report", report=name),
+        }
 
     def _study_report(self, study: Study, keys=CELL_KEYS) -> dict:
         cells = {mid: {k: getattr(m, k) for k in keys} for mid, m in study.models.items()}
@@ -221,7 +225,9 @@ class Specs:
     def _opamp_report(self, study: Study) -> dict:
         return {
             "benchmarks": study.benchmarks,
-            "cells": {mid: {k: getattr(m, k) for k in CELL_KEYS} for mid, m in study.models.items()},
+            "cells": {
+                mid: {k: getattr(m, k) for k in CELL_KEYS} for mid, m in study.models.items()
+            },
             "seeds": study.seeds,
             "attention": study.block["attention"],
         }
