@@ -1,6 +1,6 @@
 """The custom attentions on bf16 inputs (CPU): probes and references in fp32, rectified scores in
 fp32 inside a block, LKG-RALM's probe and estimator scores in fp32. OpAmp's are in
-tests/methods/test_opamp_bf16.py."""
+tests/methods/opamp/test_bf16.py."""
 
 import pytest
 import torch

@@ -13,8 +13,8 @@ from zoomattn.attention.rectified import (
     rectified_attention_materialised,
 )
 from zoomattn.attention.relevance import call_mask, fusion_bias, relevance_attention
-from zoomattn.attention.two_branch import PATHS
 from zoomattn.methods.opamp.config import OpAmpConfig
+from zoomattn.methods.opamp.kernel import PATHS
 from zoomattn.methods.opamp.model import OpAmpAttention
 
 pytestmark = pytest.mark.gpu
