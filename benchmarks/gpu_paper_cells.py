@@ -272,7 +272,6 @@ def attention_step(variant: str, n: int, shape: dict, methods: dict, device: str
     """Inputs and a fwd+bwd step of one attention function as the model calls it: post-RoPE q
     ``[1, H, n, D]``, k/v ``[1, KV, n, D]`` (laid out as the projections leave them), causal."""
     from zoomattn.attention.math import sdpa
-    from zoomattn.attention.rectified import Rectifier, rectified_attention
     from zoomattn.attention.relevance import (
         Boundary,
         call_mask,
@@ -282,6 +281,7 @@ def attention_step(variant: str, n: int, shape: dict, methods: dict, device: str
     )
     from zoomattn.methods import METHODS
     from zoomattn.methods.opamp.model import OpAmpAttention
+    from zoomattn.methods.rectify.kernel import Rectifier, rectified_attention
 
     torch.manual_seed(0)
     heads, kv, d = shape["heads"], shape["kv_heads"], shape["hidden"] // shape["heads"]

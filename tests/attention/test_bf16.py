@@ -1,22 +1,14 @@
-"""The custom attentions on bf16 inputs (CPU): probes and references in fp32, rectified scores in
-fp32 inside a block, LKG-RALM's probe and estimator scores in fp32. OpAmp's are in
-tests/methods/opamp/test_bf16.py."""
+"""The custom attentions on bf16 inputs (CPU): probes and references in fp32, LKG-RALM's probe and
+estimator scores in fp32. OpAmp's are in tests/methods/opamp/test_bf16.py, rectified attention's
+in tests/methods/rectify/test_kernel_bf16.py."""
 
 import pytest
 import torch
 
 from tests.attention.test_math import _qkv, left_padding_mask
-from tests.attention.test_rectified import _inputs, _scenario
 from tests.attention.test_relevance import SCALE, SEGMENTS, N, _padding_mask
 from tests.attention.test_relevance import _qkv as _relevance_qkv
-from zoomattn.attention.math import attention_probs, last_row_probs, last_row_scores, sdpa
-from zoomattn.attention.rectified import (
-    G_VARIANTS,
-    Rectifier,
-    rectified_attention,
-    rectified_attention_materialised,
-    rectified_last_row,
-)
+from zoomattn.attention.math import attention_probs, last_row_probs, last_row_scores
 from zoomattn.attention.relevance import (
     call_mask,
     fusion_bias,
@@ -24,12 +16,6 @@ from zoomattn.attention.relevance import (
     relevance_last_row,
 )
 from zoomattn.methods.lkg.estimator import ScoreHead, aux_losses
-
-
-def _rel(a, b) -> float:
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm()).item()
-
 
 # --- probes (attention.math) ---------------------------------------------------------------------
 
@@ -61,54 +47,6 @@ def test_a_fully_masked_row_stays_finite_and_uniform_in_half_precision(dtype):
     probs = attention_probs(q, k, mask)
     assert torch.isfinite(probs).all()
     torch.testing.assert_close(probs[1, :, :3].float(), torch.full((4, 3, 7), 1 / 7))
-
-
-# --- rectified attention -------------------------------------------------------------------------
-
-
-def _bf16_errors(fn, inputs, mask):
-    """Relative errors of fn's bf16 output and of its inputs' gradients against fn on the same
-    values in fp64, padding rows left out; the loss weights are bf16 numbers in both runs."""
-    ok = torch.ones((), dtype=torch.bool) if mask is None else mask.any(-1, keepdim=True)
-    results = []
-    for xs in (inputs, [t.detach().double().requires_grad_(True) for t in inputs]):
-        out = fn(*xs).where(ok, 0.0)
-        g = torch.Generator().manual_seed(1)
-        weight = torch.randn(out.shape, generator=g, dtype=torch.bfloat16).to(out.dtype)
-        results.append((out, torch.autograd.grad((out * weight).sum(), xs)))
-    (out, grads), (ref, ref_grads) = results
-    return _rel(out, ref), max(_rel(a, b) for a, b in zip(grads, ref_grads, strict=True))
-
-
-@pytest.mark.parametrize("name", G_VARIANTS)
-def test_bf16_blockwise_rectified_is_as_accurate_as_bf16_sdpa_in_values_and_gradients(name):
-    """The block's scores, g and softmax run in fp32, as SDPA's kernels do: in bf16 they were
-    4-5× SDPA's error (7e-3 to 9e-3 against 1.9e-3 here); now only the output is rounded."""
-    b, h, hkv, n, d = 2, 8, 4, 128, 32
-    q, u, k, v = _inputs(b, h, hkv, n, n, d=d, dtype=torch.bfloat16)
-    mask = left_padding_mask([n, n - 40], n)
-    g = Rectifier(name, 3.0)
-
-    def rectified(q, u, k, v):
-        return rectified_attention(q, u, k, v, g, mask, block=32)
-
-    out_error, grad_error = _bf16_errors(rectified, (q, u, k, v), mask)
-    sdpa_errors = _bf16_errors(lambda q, k, v: sdpa(q, k, v, mask), (q, k, v), mask)
-    assert rectified(q, u, k, v).dtype == torch.bfloat16
-    assert out_error <= 1.5 * sdpa_errors[0]
-    assert grad_error <= 1.5 * sdpa_errors[1]
-
-
-def test_bf16_rectified_reference_and_probe_are_fp32_and_finite_on_padding():
-    (q, u, k, v), mask, _ = _scenario("left_padded_mask", dtype=torch.bfloat16)
-    g = Rectifier("max", 3.0)
-    with torch.no_grad():
-        row = rectified_last_row(q, u, k, g, mask)
-        out = rectified_attention_materialised(q, u, k, v, g, mask)
-        blockwise = rectified_attention(q, u, k, v, g, mask, block=4)
-    assert row.dtype == out.dtype == torch.float32
-    torch.testing.assert_close(row.sum(-1), torch.ones_like(row[..., 0]), atol=1e-6, rtol=0)
-    assert torch.isfinite(out).all() and torch.isfinite(blockwise).all()  # padding rows included
 
 
 # --- LKG-RALM: relevance fusion and the estimator ------------------------------------------------

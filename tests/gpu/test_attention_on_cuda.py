@@ -7,15 +7,15 @@ import torch
 from tests.attention.test_relevance import SCALE, SEGMENTS, _materialised, _qkv
 from tests.gpu.lane import DEVICE
 from zoomattn.attention.math import sdpa
-from zoomattn.attention.rectified import (
-    Rectifier,
-    rectified_attention,
-    rectified_attention_materialised,
-)
 from zoomattn.attention.relevance import call_mask, fusion_bias, relevance_attention
 from zoomattn.methods.opamp.config import OpAmpConfig
 from zoomattn.methods.opamp.kernel import PATHS
 from zoomattn.methods.opamp.model import OpAmpAttention
+from zoomattn.methods.rectify.kernel import (
+    Rectifier,
+    rectified_attention,
+    rectified_attention_materialised,
+)
 
 pytestmark = pytest.mark.gpu
 
