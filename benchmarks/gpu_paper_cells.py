@@ -272,14 +272,14 @@ def attention_step(variant: str, n: int, shape: dict, methods: dict, device: str
     """Inputs and a fwd+bwd step of one attention function as the model calls it: post-RoPE q
     ``[1, H, n, D]``, k/v ``[1, KV, n, D]`` (laid out as the projections leave them), causal."""
     from zoomattn.attention.math import sdpa
-    from zoomattn.attention.relevance import (
+    from zoomattn.methods import METHODS
+    from zoomattn.methods.lkg.kernel import (
         Boundary,
         call_mask,
         fusion_bias,
         relevance_attention,
         segment_ids,
     )
-    from zoomattn.methods import METHODS
     from zoomattn.methods.opamp.model import OpAmpAttention
     from zoomattn.methods.rectify.kernel import Rectifier, rectified_attention
 

@@ -13,7 +13,7 @@ import yaml
 from transformers import LlamaForCausalLM
 
 import zoomattn.attention.interface  # noqa: F401  (registers the attention implementation)
-from tests.methods.lkg_helpers import lkg_config
+from tests.methods.lkg.helpers import lkg_config
 from zoomattn.cluster import rule_resources
 from zoomattn.config import ROOT, ConfigError, load_config
 from zoomattn.data.tasks import single_doc

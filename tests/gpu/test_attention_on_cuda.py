@@ -4,10 +4,10 @@ gradients, in fp64 (the identity itself), fp32 and bf16; Eq. 14 bitwise in bf16.
 import pytest
 import torch
 
-from tests.attention.test_relevance import SCALE, SEGMENTS, _materialised, _qkv
 from tests.gpu.lane import DEVICE
+from tests.methods.lkg.test_kernel import SCALE, SEGMENTS, _materialised, _qkv
 from zoomattn.attention.math import sdpa
-from zoomattn.attention.relevance import call_mask, fusion_bias, relevance_attention
+from zoomattn.methods.lkg.kernel import call_mask, fusion_bias, relevance_attention
 from zoomattn.methods.opamp.config import OpAmpConfig
 from zoomattn.methods.opamp.kernel import PATHS
 from zoomattn.methods.opamp.model import OpAmpAttention

@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from tests.methods.lkg_helpers import (
+from tests.methods.lkg.helpers import (
     LORA,
     attached_lkg,
     batch_of,
@@ -170,7 +170,7 @@ def test_passages_are_blocked_from_each_other_in_the_estimator_and_the_fused_hea
 
 
 def _segments(tok, batch):
-    from zoomattn.attention.relevance import Boundary, segment_ids
+    from zoomattn.methods.lkg.kernel import Boundary, segment_ids
 
     return segment_ids(batch["input_ids"], Boundary(*add_boundary_tokens(tok))).tolist()
 

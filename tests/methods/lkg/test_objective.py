@@ -4,7 +4,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.methods.lkg_helpers import (
+from tests.methods.lkg.helpers import (
     LORA,
     attached_lkg,
     batch_of,
