@@ -1,13 +1,13 @@
 """MuDAF (GRID.md §3): the attention function is the base's; only training changes.
 
 ``attach`` adds nothing. ``objective`` hands fine-tuning the contrastive term on the selected heads
-(``zoomattn.training.contrastive``); with ``heads: 0`` there is none, and training is Vanilla-SFT.
+(``objective.py``); with ``heads: 0`` there is none, and training is Vanilla-SFT.
 """
 
 from __future__ import annotations
 
 from zoomattn.methods.mudaf.config import MudafConfig
-from zoomattn.training.contrastive import ContrastiveObjective
+from zoomattn.methods.mudaf.objective import ContrastiveObjective
 
 
 def attach(model, cfg: MudafConfig) -> None:
