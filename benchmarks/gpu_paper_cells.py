@@ -179,7 +179,7 @@ def step_cell(task: dict) -> dict:
     """One method at one study's fine-tuning settings, built as the fine-tune job builds it: its
     training step (``_train``), then its generation (``_generate``)."""
     from zoomattn.methods import METHODS
-    from zoomattn.modeling.loading import build_trainable
+    from zoomattn.methods.loading import build_trainable
     from zoomattn.placement import Placement
 
     torch.manual_seed(0)

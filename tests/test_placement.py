@@ -18,9 +18,10 @@ from zoomattn.cluster import rule_resources
 from zoomattn.config import ROOT, ConfigError, load_config
 from zoomattn.data.tasks import single_doc
 from zoomattn.methods import METHODS
+from zoomattn.methods.loading import build_trainable
 from zoomattn.methods.rectify.config import RectifyConfig
 from zoomattn.modeling.boundary import add_boundary_tokens
-from zoomattn.modeling.loading import build_trainable, load_base
+from zoomattn.modeling.loading import load_base
 from zoomattn.modeling.pretrain import llama_config
 from zoomattn.placement import CPU, Placement, describe, plan
 from zoomattn.training.batching import encode_example, pad_batch

@@ -8,13 +8,8 @@ from tests.gpu.lane import DEVICE, LANE, NF4_BF16
 from zoomattn.data.build import load_split
 from zoomattn.evaluation.generate import evaluate_records
 from zoomattn.methods import METHODS
-from zoomattn.modeling.loading import (
-    build_trainable,
-    load_finetuned,
-    load_for_eval,
-    load_tokenizer,
-    save_finetuned,
-)
+from zoomattn.methods.loading import build_trainable, load_finetuned, load_for_eval
+from zoomattn.modeling.loading import load_tokenizer, save_finetuned
 from zoomattn.placement import describe
 from zoomattn.training.batching import encode_example, pad_batch
 from zoomattn.training.finetune import backward_batch, finetune

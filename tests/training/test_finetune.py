@@ -8,8 +8,9 @@ from safetensors.torch import load_file
 from zoomattn.data.build import load_split, write_split
 from zoomattn.data.tasks import training_mix
 from zoomattn.methods import METHODS
+from zoomattn.methods.loading import build_trainable, load_for_eval
 from zoomattn.methods.mudaf.config import MudafConfig
-from zoomattn.modeling.loading import build_trainable, load_base, load_for_eval, load_tokenizer
+from zoomattn.modeling.loading import load_base, load_tokenizer
 from zoomattn.training.batching import encode_example
 from zoomattn.training.finetune import backward_batch, batch_indices, finetune, lr_factor
 

@@ -17,9 +17,9 @@ from tqdm import tqdm
 
 from zoomattn.data.build import load_split
 from zoomattn.methods import METHODS
+from zoomattn.methods.loading import build_trainable
 from zoomattn.modeling.loading import (
     MERGED_DIR,
-    build_trainable,
     export_merged,
     is_full,
     load_tokenizer,

@@ -16,9 +16,7 @@ from zoomattn.methods import METHODS, cells
 from zoomattn.methods.lkg.config import LkgConfig
 from zoomattn.methods.lkg.model import LkgLayerAttention, lkg_module
 from zoomattn.modeling.boundary import add_boundary_tokens, has_boundary_tokens
-from zoomattn.modeling.loading import (
-    zoom_state,
-)
+from zoomattn.modeling.loading import zoom_state
 
 # --- config -------------------------------------------------------------------------------
 

@@ -15,13 +15,9 @@ from zoomattn.data.tasks import multihop, single_doc
 from zoomattn.methods import METHODS
 from zoomattn.methods.lkg.model import lkg_module
 from zoomattn.methods.lkg.objective import LkgObjective, golden_top1
+from zoomattn.methods.loading import build_trainable, load_finetuned
 from zoomattn.modeling.boundary import add_boundary_tokens, has_boundary_tokens
-from zoomattn.modeling.loading import (
-    build_trainable,
-    load_finetuned,
-    load_tokenizer,
-    save_finetuned,
-)
+from zoomattn.modeling.loading import load_tokenizer, save_finetuned
 from zoomattn.stages.common import load_model
 from zoomattn.training.batching import encode_example
 from zoomattn.training.finetune import finetune

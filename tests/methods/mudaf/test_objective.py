@@ -65,7 +65,7 @@ def test_gradient_checkpointing_gives_the_same_contrastive_gradient(tokenizer, r
 
 
 def test_contrastive_gradient_reaches_lora_through_the_peft_wrapper(tokenizer, records, base_dir):
-    from zoomattn.modeling.loading import build_trainable
+    from zoomattn.methods.loading import build_trainable
 
     lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
     nf4 = {

@@ -5,9 +5,9 @@ from transformers import AutoModelForCausalLM
 
 from zoomattn.attention.interface import attention_modules
 from zoomattn.methods import METHODS, cells
+from zoomattn.methods.loading import build_trainable
 from zoomattn.methods.rectify.config import RectifyConfig
 from zoomattn.methods.rectify.model import attach
-from zoomattn.modeling.loading import build_trainable
 
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
 IDS = torch.tensor([[1, 5, 9, 12, 7, 30, 4, 8], [0, 0, 0, 3, 14, 15, 9, 2]])
