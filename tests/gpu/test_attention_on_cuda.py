@@ -120,7 +120,7 @@ def test_relevance_fusion_matches_the_biased_softmax(dtype):
 
     fused = _values_and_grads(fused_fn, [q, k, v], [log_alpha])
     reference = _values_and_grads(reference_fn, _exact([q, k, v]), [log_alpha])
-    bound = {**BOUNDS, torch.bfloat16: 4e-2}  # log α rounded to bf16 (relevance.py)
+    bound = {**BOUNDS, torch.bfloat16: 4e-2}  # log α rounded to bf16 (methods/lkg/kernel.py)
     (out, grads), (ref, ref_grads) = fused, reference
     assert _rel(out, ref) <= bound[dtype]
     for g_, r in zip(grads, ref_grads, strict=True):

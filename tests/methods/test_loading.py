@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tests.modeling.test_loading import IDS, LORA, NF4, OPAMP, _train_a_little
+from zoomattn.methods import METHODS
 from zoomattn.methods.loading import build_trainable, load_finetuned, load_for_eval
 from zoomattn.modeling.loading import METHOD_FILE, save_finetuned
 
@@ -13,7 +14,7 @@ from zoomattn.modeling.loading import METHOD_FILE, save_finetuned
 def test_base_is_quantised_to_4bit_and_only_lora_and_zoom_train(base_dir):
     import bitsandbytes as bnb
 
-    model = build_trainable(base_dir, "opamp", OPAMP, LORA, NF4)
+    model = build_trainable(base_dir, "opamp", METHODS["opamp"].make_config(OPAMP), LORA, NF4)
     assert any(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n or ".zoom." in n for n in trainable)
@@ -24,7 +25,7 @@ def test_base_is_quantised_to_4bit_and_only_lora_and_zoom_train(base_dir):
 
 @pytest.mark.parametrize("method,values", [("qlora", {}), ("opamp", OPAMP)])
 def test_finetuned_model_reloads_to_identical_logits(base_dir, tmp_path, method, values):
-    model = build_trainable(base_dir, method, values, LORA, NF4).eval()
+    model = build_trainable(base_dir, method, METHODS[method].make_config(values), LORA, NF4).eval()
     _train_a_little(model)
     with torch.no_grad():
         want = model(input_ids=IDS).logits
@@ -41,7 +42,7 @@ MUDAF_FULL = {"heads": 2, "selected": [[1, 0], [2, 3]], "tuning": "full"}
 def test_full_tuning_trains_every_parameter_of_the_unquantised_base(base_dir):
     import bitsandbytes as bnb
 
-    model = build_trainable(base_dir, "mudaf", MUDAF_FULL, LORA, NF4)
+    model = build_trainable(base_dir, "mudaf", METHODS["mudaf"].make_config(MUDAF_FULL), LORA, NF4)
     assert not hasattr(model, "get_base_model")  # no peft wrapper
     assert not any(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())
     params = list(model.named_parameters())
@@ -52,7 +53,9 @@ def test_full_tuning_trains_every_parameter_of_the_unquantised_base(base_dir):
 def test_mudaf_with_lora_tuning_is_the_4bit_lora_path(base_dir):
     import bitsandbytes as bnb
 
-    model = build_trainable(base_dir, "mudaf", {**MUDAF_FULL, "tuning": "lora"}, LORA, NF4)
+    model = build_trainable(
+        base_dir, "mudaf", METHODS["mudaf"].make_config({**MUDAF_FULL, "tuning": "lora"}), LORA, NF4
+    )
     assert any(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)
@@ -60,7 +63,9 @@ def test_mudaf_with_lora_tuning_is_the_4bit_lora_path(base_dir):
 
 @pytest.mark.parametrize("values", [MUDAF_FULL, {"heads": 0, "tuning": "full"}])
 def test_fully_tuned_model_saves_plain_and_reloads_to_identical_logits(base_dir, tmp_path, values):
-    model = build_trainable(base_dir, "mudaf", values, LORA, NF4).eval()
+    model = build_trainable(
+        base_dir, "mudaf", METHODS["mudaf"].make_config(values), LORA, NF4
+    ).eval()
     _train_a_little(model)
     with torch.no_grad():
         want = model(input_ids=IDS).logits

@@ -3,6 +3,7 @@ import json
 import pytest
 import torch
 
+from zoomattn.methods import METHODS
 from zoomattn.methods.loading import build_trainable, load_finetuned, load_merged
 from zoomattn.modeling.loading import METHOD_FILE, export_merged, save_finetuned
 
@@ -21,7 +22,7 @@ def _train_a_little(model):
 
 def test_reloading_with_another_layer_spacing_fails_naming_the_file(base_dir, tmp_path):
     """The official eval scripts attached adapters with another spacing than training did."""
-    model = build_trainable(base_dir, "opamp", OPAMP, LORA, NF4)
+    model = build_trainable(base_dir, "opamp", METHODS["opamp"].make_config(OPAMP), LORA, NF4)
     save_finetuned(model, tmp_path, "opamp", OPAMP)
     spec = json.loads((tmp_path / METHOD_FILE).read_text())
     spec["config"]["every"] = 1
@@ -34,7 +35,7 @@ def test_reloading_with_another_layer_spacing_fails_naming_the_file(base_dir, tm
 def test_merged_evaluation_copy_computes_what_the_4bit_lora_model_computes(
     base_dir, tmp_path, method, values
 ):
-    model = build_trainable(base_dir, method, values, LORA, NF4).eval()
+    model = build_trainable(base_dir, method, METHODS[method].make_config(values), LORA, NF4).eval()
     _train_a_little(model)
     with torch.no_grad():
         want = model(input_ids=IDS).logits
@@ -48,11 +49,13 @@ def test_merged_evaluation_copy_computes_what_the_4bit_lora_model_computes(
 
 SAVE_IN_A_FRESH_PROCESS = """
 import sys
+from zoomattn.methods import METHODS
 from zoomattn.methods.loading import build_trainable
 from zoomattn.modeling.loading import save_finetuned
 base_dir, out, targets = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
 lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": targets}
-save_finetuned(build_trainable(base_dir, "qlora", {}, lora, None), out, "qlora", {})
+model = build_trainable(base_dir, "qlora", METHODS["qlora"].make_config({}), lora, None)
+save_finetuned(model, out, "qlora", {})
 """
 TARGETS = ["q_proj", "k_proj", "v_proj", "down_proj"]
 

@@ -28,17 +28,18 @@ from zoomattn.placement import CPU, Placement, report
 def build_trainable(
     base_path,
     method_name: str,
-    method_values: dict,
+    method_cfg,
     lora: dict,
     quantization: dict | None,
     placement: Placement = CPU,
 ):
     """Base (4-bit) + the method's attention modules (unquantised, trained) + LoRA; with
-    ``tuning: full`` the unquantised base + the method's modules, every parameter trained."""
+    ``tuning: full`` the unquantised base + the method's modules, every parameter trained.
+    ``method_cfg``: the method's typed config (``Method.make_config``)."""
     method = METHODS[method_name]
-    if method.tuning(method_values) == "full":  # fp32 master weights: bf16 would drop small steps
+    if method.tuning(method_cfg) == "full":  # fp32 master weights: bf16 would drop small steps
         model = load_base(base_path, placement=replace(placement, dtype="float32"))
-        method.attach(model, method.make_config(method_values))
+        method.attach(model, method_cfg)
         for p in model.parameters():
             p.requires_grad_(True)
         report(model)
@@ -47,7 +48,7 @@ def build_trainable(
     from peft import LoraConfig, get_peft_model  # peft imports bitsandbytes: load only when used
 
     model = load_base(base_path, quantization, placement)
-    method.attach(model, method.make_config(method_values))
+    method.attach(model, method_cfg)
     model = get_peft_model(
         model,
         LoraConfig(

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from zoomattn.methods import METHODS, cells
+from zoomattn.methods import METHODS, ResolveContext, cells
 from zoomattn.methods.mudaf.config import MudafConfig
 from zoomattn.methods.mudaf.objective import ContrastiveObjective
 from zoomattn.modeling.loading import load_base
@@ -43,12 +43,10 @@ def test_resolved_fills_in_the_selected_heads():
         MudafConfig(heads=2, selection="weak").resolved(LORA, selected_heads=[])
 
 
-def test_registry_resolves_with_only_the_context_a_method_takes():
-    mudaf = METHODS["mudaf"]
-    values = mudaf.resolve({"heads": 1}, LORA, xi_auto=None, selected_heads=[[2, 0]])
-    assert values["selected"] == [[2, 0]]
-    rect = METHODS["rectify"].resolve({"xi": "auto"}, LORA, xi_auto=1.5, selected_heads=[[2, 0]])
-    assert rect["xi"] == 1.5
+def test_each_method_resolves_from_the_part_of_the_context_it_takes():
+    context = ResolveContext(xi_auto=1.5, selected_heads=[[2, 0]])
+    assert METHODS["mudaf"].resolve({"heads": 1}, LORA, context)["selected"] == [[2, 0]]
+    assert METHODS["rectify"].resolve({"xi": "auto"}, LORA, context)["xi"] == 1.5
 
 
 def test_grid_sweeps_heads_and_selection():
@@ -64,16 +62,18 @@ def test_grid_sweeps_heads_and_selection():
 
 def test_objective_and_tuning_per_method():
     mudaf = METHODS["mudaf"]
-    objective = mudaf.objective({"heads": 2, "alpha": 0.6, "selected": [[0, 1], [3, 2]]})
+    objective = mudaf.objective(MudafConfig(heads=2, alpha=0.6, selected=[[0, 1], [3, 2]]))
     assert isinstance(objective, ContrastiveObjective)
     assert objective.qa_weight == pytest.approx(0.4) and objective.selected == [[0, 1], [3, 2]]
-    assert mudaf.objective({"heads": 0}) is None  # Vanilla-SFT
+    assert mudaf.objective(MudafConfig(heads=0)) is None  # Vanilla-SFT
     with pytest.raises(ValueError, match="^selected:"):
-        mudaf.objective({"heads": 2})
-    assert mudaf.tuning({}) == "full" and mudaf.tuning({"tuning": "lora"}) == "lora"
+        mudaf.objective(MudafConfig(heads=2))
+    assert mudaf.tuning(MudafConfig()) == "full"
+    assert mudaf.tuning(MudafConfig(tuning="lora")) == "lora"
     for name, values in (("qlora", {}), ("opamp", {"K": 1}), ("rectify", {})):
-        assert METHODS[name].objective(values) is None
-        assert METHODS[name].tuning(values) == "lora"
+        cfg = METHODS[name].make_config(values)
+        assert METHODS[name].objective(cfg) is None
+        assert METHODS[name].tuning(cfg) == "lora"
 
 
 def test_attach_leaves_the_model_unchanged(base_dir):

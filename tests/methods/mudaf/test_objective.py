@@ -4,6 +4,8 @@ import pytest
 import torch
 
 from tests.methods.mudaf.conftest import SELECTED
+from zoomattn.methods import METHODS
+from zoomattn.methods.loading import build_trainable
 from zoomattn.methods.mudaf.objective import ContrastiveObjective
 from zoomattn.modeling.loading import load_base
 
@@ -65,8 +67,6 @@ def test_gradient_checkpointing_gives_the_same_contrastive_gradient(tokenizer, r
 
 
 def test_contrastive_gradient_reaches_lora_through_the_peft_wrapper(tokenizer, records, base_dir):
-    from zoomattn.methods.loading import build_trainable
-
     lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
     nf4 = {
         "load_in_4bit": True,
@@ -75,7 +75,7 @@ def test_contrastive_gradient_reaches_lora_through_the_peft_wrapper(tokenizer, r
         "compute_dtype": "float32",
     }
     values = {"heads": 1, "selected": [[1, 3]], "tuning": "lora"}
-    model = build_trainable(base_dir, "mudaf", values, lora, nf4)
+    model = build_trainable(base_dir, "mudaf", METHODS["mudaf"].make_config(values), lora, nf4)
     ContrastiveObjective([[1, 3]], 0.7, 0.05, 3).backward(model, tokenizer, records, 0, 0, 4)
     grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
     assert grads["base_model.model.model.layers.1.self_attn.q_proj.lora_B.default.weight"].any()

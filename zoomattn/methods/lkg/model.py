@@ -305,9 +305,3 @@ def prepare_tokenizer(tok, cfg: LkgConfig) -> None:
     ids = add_boundary_tokens(tok)
     if cfg.boundary_ids is not None and ids != list(cfg.boundary_ids):
         raise ValueError(f"boundary_ids: the model has {cfg.boundary_ids}, the tokenizer {ids}")
-
-
-def objective(cfg: LkgConfig):
-    from zoomattn.methods.lkg.objective import LkgObjective
-
-    return LkgObjective(cfg)

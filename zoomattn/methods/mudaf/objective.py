@@ -1,14 +1,16 @@
-"""MuDAF's training term: α·L_cl on the selected heads, added to the answer loss (``loss.py``)."""
+"""MuDAF's training step: (1 − α)·L_qa + α·L_cl, L_cl the contrastive loss on the selected heads
+(``loss.py``), each term's gradient accumulated over micro-batches."""
 
 from __future__ import annotations
 
 from zoomattn.data.tasks import Record
 from zoomattn.methods.mudaf.loss import contrastive_examples, contrastive_loss_sum
+from zoomattn.methods.protocol import StepBatch
+from zoomattn.training.answer_loss import backward_batch
 
 
 class ContrastiveObjective:
-    """The training hook of MuDAF: adds α·L_cl to the answer loss, which finetune scales by
-    ``qa_weight`` = 1 − α."""
+    """MuDAF's objective: the answer loss scaled by ``qa_weight`` = 1 − α, plus α·L_cl."""
 
     def __init__(self, selected, alpha: float, tau: float, negatives: int):
         if not selected:
@@ -16,6 +18,15 @@ class ContrastiveObjective:
         self.selected = [[int(layer), int(h)] for layer, h in selected]
         self.alpha, self.tau, self.negatives = alpha, tau, negatives
         self.qa_weight = 1.0 - alpha
+
+    def step(self, model, tok, batch: StepBatch) -> dict[str, float]:
+        qa = backward_batch(
+            model, batch.examples, batch.pad_id, batch.micro_batch_size, self.qa_weight
+        )
+        term, metrics = self.backward(
+            model, tok, batch.records, batch.seed, batch.step, batch.micro_batch_size
+        )
+        return {"train_loss": self.qa_weight * qa + term, "qa_loss": qa, **metrics}
 
     def backward(
         self, model, tok, records: list[Record], seed: int, step: int, micro_batch_size: int

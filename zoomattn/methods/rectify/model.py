@@ -28,8 +28,6 @@ from zoomattn.attention.interface import attention_modules
 from zoomattn.methods.rectify.config import RectifyConfig
 from zoomattn.methods.rectify.kernel import Rectifier, rectified_attention, rectified_last_row
 
-LORA_EXCLUDE = ("q_proj",)  # the shared LoRA must not also adapt q_proj: ΔW is that update
-
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
