@@ -59,8 +59,9 @@ def _meta_model(base: dict, method: str, values: dict, ft: dict):
     with torch.device("meta"):
         model = LlamaForCausalLM(config)
     m = METHODS[method]
-    m.attach(model, m.make_config(values))
-    if m.tuning(values) == "full":
+    cfg = m.make_config(values)
+    m.attach(model, cfg)
+    if m.tuning(cfg) == "full":
         return model, True
     from peft import LoraConfig, get_peft_model
 
@@ -77,18 +78,18 @@ def _meta_model(base: dict, method: str, values: dict, ft: dict):
 def _resolved_values(m, cfg: dict, study) -> dict:
     """The cell's values with the context a job would fill in (heads, marker ids)."""
     from zoomattn.data.tokenizer import build_tokenizer
-    from zoomattn.methods import METHODS
+    from zoomattn.methods import METHODS, ResolveContext
 
     n_heads = cfg["base_model"]["heads"]
     heads = [[layer, h] for layer in range(8, 24) for h in range(n_heads)][: max(64, 1)]
-    context = {
-        "selected_heads": heads[: m.values.get("heads", 0) or 0],
-        "middle_heads": heads[:32],
-        "tokenizer": build_tokenizer(["a", "b"]),
-        "xi_auto": 3.0,
-    }
+    context = ResolveContext(
+        selected_heads=heads[: m.values.get("heads", 0) or 0],
+        middle_heads=heads[:32],
+        tokenizer=build_tokenizer(["a", "b"]),
+        xi_auto=3.0,
+    )
     ft = {**study.finetune, **m.finetune}
-    return METHODS[m.method].resolve(m.values, ft["lora"], **context), ft
+    return METHODS[m.method].resolve(m.values, ft["lora"], context), ft
 
 
 def memory_gib(model, full: bool, ft: dict, weight_dtype: str) -> dict:

@@ -37,7 +37,6 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 from gpu_paper_cells import (  # noqa: E402
-    LKG_FUSED_PER_LAYER,
     OOM,
     attention_cell,
     free_memory,
@@ -45,10 +44,11 @@ from gpu_paper_cells import (  # noqa: E402
     save_random_base,
     step_cell,
 )
+from gpu_paper_report import goals, markdown  # noqa: E402
 
 from zoomattn.config import ROOT, load_config  # noqa: E402
 from zoomattn.grid import Grid  # noqa: E402
-from zoomattn.methods import METHODS, cells  # noqa: E402
+from zoomattn.methods import METHODS, ResolveContext, cells  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results"
 LLAMA_8B = {"vocab": 128256, "rope_theta": 500000.0}  # Llama-3.1-8B's, beside SHAPE_KEYS
@@ -62,7 +62,6 @@ SMOKE = dict(  # --smoke: the same run on the CPU, tiny and short (flags given s
 )  # fmt: skip
 PREFERRED = {"opamp": {"K": 10}, "rectify": {"xi": 3, "g": "max"}, "mudaf": {"heads": 8}}
 VARIANTS = ("sdpa", "opamp", "rectified", "lkg_fusion")
-STEP_GOAL, OPAMP_GOAL = 1.25, 2.2
 
 
 def paper_config() -> dict:
@@ -87,7 +86,7 @@ def plan(cfg: dict) -> list[dict]:
         group = [{"run": "qlora", "method": "qlora", "values": {}, "note": ""}]
         for method, (run, values, _) in picked.items():
             note = ""
-            if METHODS[method].tuning(values) == "full":
+            if METHODS[method].tuning(METHODS[method].make_config(values)) == "full":
                 values, note = {**values, "tuning": "lora"}, "tuning: lora (the paper: full)"
             group.append({"run": run, "method": method, "values": values, "note": note})
         groups.append({"study": study, "finetune": ft, "cells": group})
@@ -177,7 +176,9 @@ def measure_attention(groups: list[dict], setup: dict, args) -> list[dict]:
     rect, rect_group = by_method["rectify"]
     methods = {
         "opamp": by_method["opamp"][0]["values"],
-        "rectify": METHODS["rectify"].resolve(rect["values"], rect_group["finetune"]["lora"]),
+        "rectify": METHODS["rectify"].resolve(
+            rect["values"], rect_group["finetune"]["lora"], ResolveContext()
+        ),
     }
     device, dtype = setup["task"]["placement"]["device"], getattr(torch, setup["dtype"])
     rows = []
@@ -206,30 +207,6 @@ def measure_attention(groups: list[dict], setup: dict, args) -> list[dict]:
     return rows
 
 
-def goals(steps: list[dict], attention: list[dict], goal_tokens: int) -> list[dict]:
-    methods = [r for r in steps if r["method"] != "qlora"]
-    worst = max(methods, key=lambda r: r["step_vs_qlora"] or float("inf"))
-    opamp = [r for r in attention if r["variant"] == "opamp" and r["tokens"] == goal_tokens]
-    opamp_ratio = opamp[0]["time_vs_sdpa"] if opamp else None
-    return [
-        {
-            "goal": f"every method's step ≤ {STEP_GOAL}× QLoRA's",
-            "measured": f"worst: {worst['study']}/{worst['cell']} {fmt(worst['step_vs_qlora'])}",
-            "met": all(r["step_vs_qlora"] is not None and r["step_vs_qlora"] <= STEP_GOAL
-                       for r in methods),
-        },
-        {
-            "goal": f"OpAmp attention fwd+bwd ≤ {OPAMP_GOAL}× SDPA at {goal_tokens} tokens",
-            "measured": fmt(opamp_ratio) if opamp else "not measured",
-            "met": opamp_ratio is not None and opamp_ratio <= OPAMP_GOAL,
-        },
-    ]  # fmt: skip
-
-
-def fmt(x, spec: str = ".2f", suffix: str = "×") -> str:
-    return "–" if x is None else f"{x:{spec}}{suffix}"
-
-
 def git_commit() -> str:
     def git(*a):
         done = subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True)
@@ -246,82 +223,6 @@ def device_name(device: str) -> str:
     if device == "cuda":
         return torch.cuda.get_device_name()
     return f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)"
-
-
-def markdown(data: dict) -> str:
-    m = data["meta"]
-    s = m["shape"]
-    lines = [
-        "# The paper preset's methods on one GPU (benchmarks/gpu_paper.py)",
-        "",
-        f"**{m['device']}** · {m['date']} · commit {m['commit']} · torch {m['torch']} · "
-        f"transformers {m['transformers']} · bitsandbytes {m['bitsandbytes']} · "
-        f"peft {m['peft']}" + (" · **smoke run: CPU, tiny shapes, no measurement**" * m["smoke"]),
-        "",
-        f"Random Llama model: hidden {s['hidden']}, {s['layers']} layers, {s['heads']} heads, "
-        f"{s['kv_heads']} KV heads, intermediate {s['intermediate']}, vocab {s['vocab']}; 4-bit "
-        f"{m['quantization']}; method modules in {m['dtype']}. Step: one optimizer step on one "
-        f"micro-batch of the study's max_length (median of {m['steps']} after {m['warmup']} "
-        f"warm-up); peak memory: {m['memory']}. Generation: {m['eval']['batch_size']} prompts "
-        f"of {m['eval']['prompt_tokens']} tokens, {m['eval']['max_new_tokens']} new tokens, "
-        "greedy (after a warm-up). LKG-RALM fuses "
-        f"{LKG_FUSED_PER_LAYER} heads per layer; MuDAF's heads are a seeded draw.",
-        "",
-        "## Goals",
-        "",
-        "| goal | measured | met |",
-        "|---|---|---|",
-        *(f"| {g['goal']} | {g['measured']} | {'yes' if g['met'] else 'NO'} |"
-          for g in data["goals"]),
-        "",
-        "## Training step and generation, as ratios to QLoRA (same study settings, same layers)",
-        "",
-        "| study | cell | layers | tokens/step | step time / QLoRA | tokens/s / QLoRA "
-        "| peak mem / QLoRA | gen tokens/s / QLoRA | step s | tokens/s | peak GiB | gen tokens/s "
-        "| settings |",
-        "|" + "---|" * 13,
-    ]  # fmt: skip
-    for r in data["steps"]:
-        layers = f"{r['layers']}" + (
-            f" (OOM at {r['oom_at_layers']})" if r["oom_at_layers"] else ""
-        )
-        settings = (
-            f"len {r['max_length']} × micro {r['micro_batch_size']}, LoRA r {r['lora_r']}, "
-            f"{r['optimizer']}{', ' + r['note'] if r['note'] else ''}"
-        )
-        if r["status"] != "ok":
-            lines.append(f"| {r['study']} | {r['cell']} | {layers} | {r['status']} |" + " |" * 8
-                         + f" {settings} |")  # fmt: skip
-            continue
-        lines.append(
-            f"| {r['study']} | {r['cell']} | {layers} | {r['tokens_per_step']} "
-            f"| {fmt(r['step_vs_qlora'])} | {fmt(r['tokens_per_s_vs_qlora'])} "
-            f"| {fmt(r['peak_vs_qlora'])} | {fmt(r['eval_vs_qlora'])} | {r['step_s']:.3f} "
-            f"| {r['tokens_per_s']:.0f} | {r['peak_gib']:.2f} "
-            f"| {fmt(r.get('eval_tokens_per_s'), '.1f', '')} | {settings} |"
-        )
-    lines += [
-        "",
-        "## Attention forward + backward, as ratios to causal SDPA",
-        "",
-        f"q [1, {s['heads']}, L, D], k/v [1, {s['kv_heads']}, L, D] in {m['dtype']}, as the model "
-        "calls each function; memory: peak above the inputs. opamp: OpAmpAttention with the "
-        "preset's adapters; rectified: rectified_attention with the preset's g and ξ; "
-        f"lkg_fusion: relevance_attention on {LKG_FUSED_PER_LAYER} heads, bias built in the step.",
-        "",
-        "| tokens | variant | time / SDPA | peak mem / SDPA | ms | MiB above inputs |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in data["attention"]:
-        if r["status"] != "ok":
-            lines.append(f"| {r['tokens']} | {r['variant']} | {r['status']} | | | |")
-            continue
-        lines.append(
-            f"| {r['tokens']} | {r['variant']} | {fmt(r['time_vs_sdpa'])} "
-            f"| {fmt(r['memory_vs_sdpa'])} | {r['seconds'] * 1e3:.2f} "
-            f"| {r['peak_mib_above_inputs']:.0f} |"
-        )
-    return "\n".join(lines) + "\n"
 
 
 def main() -> None:

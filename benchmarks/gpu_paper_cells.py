@@ -156,15 +156,19 @@ def sized_records(tok, n: int, length: int, answer_tokens: int, seed: int = 0) -
     return out
 
 
-def method_context(shape: dict, layers: int, values: dict) -> dict:
+def method_context(shape: dict, layers: int, values: dict, tok):
     """What the workflow measures on the base before training: MuDAF's selected heads (here a
-    seeded draw) and LKG-RALM's middle-focused heads (here ``LKG_FUSED_PER_LAYER`` per layer)."""
+    seeded draw) and LKG-RALM's middle-focused heads (here ``LKG_FUSED_PER_LAYER`` per layer);
+    and the base's tokenizer."""
+    from zoomattn.methods import ResolveContext
+
     heads = [[layer, h] for layer in range(layers) for h in range(shape["heads"])]
     n_selected = min(values.get("heads", 0), len(heads))
-    return {
-        "selected_heads": random.Random(0).sample(heads, n_selected),
-        "middle_heads": [[layer, h] for layer in range(layers) for h in fused_heads(shape)],
-    }
+    return ResolveContext(
+        tokenizer=tok,
+        selected_heads=random.Random(0).sample(heads, n_selected),
+        middle_heads=[[layer, h] for layer in range(layers) for h in fused_heads(shape)],
+    )
 
 
 def fused_heads(shape: dict) -> list[int]:
@@ -179,27 +183,28 @@ def step_cell(task: dict) -> dict:
     """One method at one study's fine-tuning settings, built as the fine-tune job builds it: its
     training step (``_train``), then its generation (``_generate``)."""
     from zoomattn.methods import METHODS
-    from zoomattn.modeling.loading import build_trainable
+    from zoomattn.methods.loading import build_trainable
     from zoomattn.placement import Placement
 
     torch.manual_seed(0)
     ft, shape = task["finetune"], task["shape"]
     method = METHODS[task["method"]]
     tok = bench_tokenizer(shape["vocab"])
-    context = method_context(shape, task["layers"], task["values"])
-    values = method.resolve(task["values"], ft["lora"], tokenizer=tok, **context)
-    method.prepare_tokenizer(tok, values)
+    context = method_context(shape, task["layers"], task["values"], tok)
+    values = method.resolve(task["values"], ft["lora"], context)
+    cfg = method.make_config(values)
+    method.prepare_tokenizer(tok, cfg)
     model = build_trainable(
         task["base_dir"],
         task["method"],
-        values,
+        cfg,
         ft["lora"],
         ft["quantization"],
         Placement(**task["placement"]),
     )
     if ft.get("gradient_checkpointing"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    trained = guarded(lambda: _train(task, model, tok, method.objective(values)))
+    trained = guarded(lambda: _train(task, model, tok, method.objective(cfg)))
     model.zero_grad(set_to_none=True)
     free_memory()
     generated = guarded(lambda: _generate(task, model.eval(), tok))
@@ -208,8 +213,10 @@ def step_cell(task: dict) -> dict:
 
 def _train(task: dict, model, tok, objective) -> dict:
     """Time ``training/finetune.py::finetune``'s loop body on one micro-batch."""
+    from zoomattn.methods import StepBatch
+    from zoomattn.training.answer_loss import AnswerLoss
     from zoomattn.training.batching import encode_example
-    from zoomattn.training.finetune import backward_batch, make_optimizer
+    from zoomattn.training.finetune import make_optimizer
 
     ft, device = task["finetune"], task["placement"]["device"]
     micro = ft.get("micro_batch_size") or ft["batch_size"]
@@ -218,15 +225,11 @@ def _train(task: dict, model, tok, objective) -> dict:
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(ft["optimizer"], trainable, ft["lr"])
     model.train()
+    objective = objective or AnswerLoss()
+    batch = StepBatch(records, examples, tok.pad_token_id, micro, seed=0, step=0)
 
     def step():
-        if hasattr(objective, "backward_batch"):  # LKG-RALM's own step
-            objective.backward_batch(model, tok, records, examples, tok.pad_token_id, micro)
-        else:
-            qa_weight = 1.0 if objective is None else objective.qa_weight
-            backward_batch(model, examples, tok.pad_token_id, micro, qa_weight)
-            if objective is not None:  # MuDAF's contrastive term
-                objective.backward(model, tok, records, 0, 0, micro)
+        objective.step(model, tok, batch)
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -272,16 +275,16 @@ def attention_step(variant: str, n: int, shape: dict, methods: dict, device: str
     """Inputs and a fwd+bwd step of one attention function as the model calls it: post-RoPE q
     ``[1, H, n, D]``, k/v ``[1, KV, n, D]`` (laid out as the projections leave them), causal."""
     from zoomattn.attention.math import sdpa
-    from zoomattn.attention.rectified import Rectifier, rectified_attention
-    from zoomattn.attention.relevance import (
+    from zoomattn.methods import METHODS
+    from zoomattn.methods.lkg.kernel import (
         Boundary,
         call_mask,
         fusion_bias,
         relevance_attention,
         segment_ids,
     )
-    from zoomattn.methods import METHODS
     from zoomattn.methods.opamp.model import OpAmpAttention
+    from zoomattn.methods.rectify.kernel import Rectifier, rectified_attention
 
     torch.manual_seed(0)
     heads, kv, d = shape["heads"], shape["kv_heads"], shape["hidden"] // shape["heads"]

@@ -3,7 +3,7 @@
 Forward + backward of the attention function as the model calls it (post-RoPE q/k/v laid out as
 the model's projections leave them, output out; OpAmp includes its four adapters), at several
 sequence lengths. Variants: ``opamp_fused`` is what training runs on CPU (the memory-lean
-autograd function of ``zoomattn.attention.two_branch``), ``opamp_fused_autograd`` is plain
+autograd function of ``zoomattn.methods.opamp.kernel``), ``opamp_fused_autograd`` is plain
 autograd through the two SDPA calls (the path on devices without a wired kernel), and
 ``opamp_materialised`` the formula.
 

@@ -4,7 +4,7 @@ Forward + backward (loss ``out.square().mean()``) of the attention function as t
 post-RoPE q, the low-rank query update u, k and v, laid out as the model's projections leave them
 (``[B, L, H, D]`` viewed as ``[B, H, L, D]``), all requiring grad, causal prefill (no mask), at
 several sequence lengths. Variants: ``sdpa`` is plain causal SDPA on q, k, v (the baseline: no
-update), ``rectified_blockwise`` is ``zoomattn.attention.rectified.rectified_attention`` with
+update), ``rectified_blockwise`` is ``zoomattn.methods.rectify.kernel.rectified_attention`` with
 g = Rectifier("max", 3.0) (query blocks of ``--block`` rows, each a checkpoint), and
 ``rectified_materialised`` the formula with the whole ``[L, S]`` score matrix; it is skipped at a
 length where its estimated memory exceeds ``--max-materialised-gib``.
@@ -43,7 +43,7 @@ def _setup(n: int, heads: int, kv_heads: int, head_dim: int, threads: int, block
     import torch
 
     from zoomattn.attention.math import sdpa
-    from zoomattn.attention.rectified import (
+    from zoomattn.methods.rectify.kernel import (
         Rectifier,
         rectified_attention,
         rectified_attention_materialised,

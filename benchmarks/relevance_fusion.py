@@ -1,4 +1,4 @@
-"""Benchmark: LKG-RALM relevance fusion (``zoomattn.attention.relevance``) vs plain causal SDPA.
+"""Benchmark: LKG-RALM relevance fusion (``zoomattn.methods.lkg.kernel``) vs plain causal SDPA.
 
 Forward + backward (loss ``out.square().mean()``) of one layer's attention as the model calls it
 in training: post-RoPE q, k, v laid out as the projections leave them (``[B, L, H, D]`` viewed as
@@ -55,7 +55,7 @@ def _setup(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, threa
     import torch
 
     from zoomattn.attention.math import sdpa
-    from zoomattn.attention.relevance import (
+    from zoomattn.methods.lkg.kernel import (
         Boundary,
         call_mask,
         fusion_bias,

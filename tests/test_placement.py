@@ -13,14 +13,15 @@ import yaml
 from transformers import LlamaForCausalLM
 
 import zoomattn.attention.interface  # noqa: F401  (registers the attention implementation)
-from tests.methods.lkg_helpers import lkg_config
+from tests.methods.lkg.helpers import lkg_config
 from zoomattn.cluster import rule_resources
 from zoomattn.config import ROOT, ConfigError, load_config
 from zoomattn.data.tasks import single_doc
 from zoomattn.methods import METHODS
+from zoomattn.methods.loading import build_trainable
 from zoomattn.methods.rectify.config import RectifyConfig
 from zoomattn.modeling.boundary import add_boundary_tokens
-from zoomattn.modeling.loading import build_trainable, load_base
+from zoomattn.modeling.loading import load_base
 from zoomattn.modeling.pretrain import llama_config
 from zoomattn.placement import CPU, Placement, describe, plan
 from zoomattn.training.batching import encode_example, pad_batch
@@ -146,7 +147,8 @@ def test_load_base_and_build_trainable_follow_the_placement(base_dir):
     placement = Placement("cpu", "bfloat16", 0)
     base = load_base(base_dir, placement=placement)
     assert base.get_input_embeddings().weight.dtype == torch.bfloat16
-    model = build_trainable(base_dir, "opamp", {"K": 10, "adapter_dim": 8}, LORA, None, placement)
+    opamp = METHODS["opamp"].make_config({"K": 10, "adapter_dim": 8})
+    model = build_trainable(base_dir, "opamp", opamp, LORA, None, placement)
     for name, t in _method_tensors(model.get_base_model()).items():
         assert t.dtype == torch.bfloat16 and t.device.type == "cpu", name
     info = describe(model)
@@ -162,7 +164,8 @@ def test_the_default_placement_is_the_cpu_in_fp32_whatever_the_machine(base_dir)
 
 def test_a_full_fine_tune_keeps_fp32_master_weights_under_a_bf16_placement(base_dir):
     values = {"heads": 0, "tuning": "full"}
-    model = build_trainable(base_dir, "mudaf", values, None, None, Placement("cpu", "bfloat16"))
+    cfg = METHODS["mudaf"].make_config(values)
+    model = build_trainable(base_dir, "mudaf", cfg, None, None, Placement("cpu", "bfloat16"))
     assert {p.dtype for p in model.parameters()} == {torch.float32}
 
 
@@ -174,7 +177,8 @@ def test_what_ran_goes_to_the_log_and_the_active_mlflow_run(base_dir, tmp_path, 
     from zoomattn.placement import report
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
-    model = build_trainable(base_dir, "opamp", {"K": 10, "adapter_dim": 8}, LORA, None)
+    opamp = METHODS["opamp"].make_config({"K": 10, "adapter_dim": 8})
+    model = build_trainable(base_dir, "opamp", opamp, LORA, None)
     with caplog.at_level(logging.INFO, logger="zoomattn"), mlflow.start_run() as run:
         report(model)
     tags = mlflow.get_run(run.info.run_id).data.tags

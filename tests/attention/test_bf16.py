@@ -1,35 +1,11 @@
-"""The custom attentions on bf16 inputs (CPU): probes and references in fp32, rectified scores in
-fp32 inside a block, LKG-RALM's probe and estimator scores in fp32. OpAmp's are in
-tests/methods/test_opamp_bf16.py."""
+"""The shared probes and references on half-precision inputs (CPU) compute in fp32. The methods'
+kernels on bf16 are tested in their folders (tests/methods/<method>/)."""
 
 import pytest
 import torch
 
 from tests.attention.test_math import _qkv, left_padding_mask
-from tests.attention.test_rectified import _inputs, _scenario
-from tests.attention.test_relevance import SCALE, SEGMENTS, N, _padding_mask
-from tests.attention.test_relevance import _qkv as _relevance_qkv
-from zoomattn.attention.math import attention_probs, last_row_probs, last_row_scores, sdpa
-from zoomattn.attention.rectified import (
-    G_VARIANTS,
-    Rectifier,
-    rectified_attention,
-    rectified_attention_materialised,
-    rectified_last_row,
-)
-from zoomattn.attention.relevance import (
-    call_mask,
-    fusion_bias,
-    relevance_attention,
-    relevance_last_row,
-)
-from zoomattn.methods.lkg.estimator import ScoreHead, aux_losses
-
-
-def _rel(a, b) -> float:
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm()).item()
-
+from zoomattn.attention.math import attention_probs, last_row_probs, last_row_scores
 
 # --- probes (attention.math) ---------------------------------------------------------------------
 
@@ -61,96 +37,3 @@ def test_a_fully_masked_row_stays_finite_and_uniform_in_half_precision(dtype):
     probs = attention_probs(q, k, mask)
     assert torch.isfinite(probs).all()
     torch.testing.assert_close(probs[1, :, :3].float(), torch.full((4, 3, 7), 1 / 7))
-
-
-# --- rectified attention -------------------------------------------------------------------------
-
-
-def _bf16_errors(fn, inputs, mask):
-    """Relative errors of fn's bf16 output and of its inputs' gradients against fn on the same
-    values in fp64, padding rows left out; the loss weights are bf16 numbers in both runs."""
-    ok = torch.ones((), dtype=torch.bool) if mask is None else mask.any(-1, keepdim=True)
-    results = []
-    for xs in (inputs, [t.detach().double().requires_grad_(True) for t in inputs]):
-        out = fn(*xs).where(ok, 0.0)
-        g = torch.Generator().manual_seed(1)
-        weight = torch.randn(out.shape, generator=g, dtype=torch.bfloat16).to(out.dtype)
-        results.append((out, torch.autograd.grad((out * weight).sum(), xs)))
-    (out, grads), (ref, ref_grads) = results
-    return _rel(out, ref), max(_rel(a, b) for a, b in zip(grads, ref_grads, strict=True))
-
-
-@pytest.mark.parametrize("name", G_VARIANTS)
-def test_bf16_blockwise_rectified_is_as_accurate_as_bf16_sdpa_in_values_and_gradients(name):
-    """The block's scores, g and softmax run in fp32, as SDPA's kernels do: in bf16 they were
-    4-5× SDPA's error (7e-3 to 9e-3 against 1.9e-3 here); now only the output is rounded."""
-    b, h, hkv, n, d = 2, 8, 4, 128, 32
-    q, u, k, v = _inputs(b, h, hkv, n, n, d=d, dtype=torch.bfloat16)
-    mask = left_padding_mask([n, n - 40], n)
-    g = Rectifier(name, 3.0)
-
-    def rectified(q, u, k, v):
-        return rectified_attention(q, u, k, v, g, mask, block=32)
-
-    out_error, grad_error = _bf16_errors(rectified, (q, u, k, v), mask)
-    sdpa_errors = _bf16_errors(lambda q, k, v: sdpa(q, k, v, mask), (q, k, v), mask)
-    assert rectified(q, u, k, v).dtype == torch.bfloat16
-    assert out_error <= 1.5 * sdpa_errors[0]
-    assert grad_error <= 1.5 * sdpa_errors[1]
-
-
-def test_bf16_rectified_reference_and_probe_are_fp32_and_finite_on_padding():
-    (q, u, k, v), mask, _ = _scenario("left_padded_mask", dtype=torch.bfloat16)
-    g = Rectifier("max", 3.0)
-    with torch.no_grad():
-        row = rectified_last_row(q, u, k, g, mask)
-        out = rectified_attention_materialised(q, u, k, v, g, mask)
-        blockwise = rectified_attention(q, u, k, v, g, mask, block=4)
-    assert row.dtype == out.dtype == torch.float32
-    torch.testing.assert_close(row.sum(-1), torch.ones_like(row[..., 0]), atol=1e-6, rtol=0)
-    assert torch.isfinite(out).all() and torch.isfinite(blockwise).all()  # padding rows included
-
-
-# --- LKG-RALM: relevance fusion and the estimator ------------------------------------------------
-
-
-def test_bf16_relevance_last_row_is_an_fp32_row_summing_to_one_and_zero_on_padding():
-    """The probe computes scores, bias and softmax in fp32: in bf16 its rows summed to 1 only
-    within ~2e-3 and were ~4e-3 off (relative) the exact row."""
-    q, k, _, log_alpha = _relevance_qkv(d=64)
-    q, k = (q * 2).bfloat16(), (k * 2).bfloat16()
-    mask = _padding_mask()
-    bias = fusion_bias(SEGMENTS, SEGMENTS, log_alpha, call_mask(mask, N, N, "cpu"))
-    row = relevance_last_row(q, k, mask, SCALE, [1, 2], bias)
-    exact = relevance_last_row(q.double(), k.double(), mask, SCALE, [1, 2], bias.double())
-    assert row.dtype == torch.float32
-    torch.testing.assert_close(row.double(), exact, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(row.sum(-1), torch.ones(2, 4), atol=1e-6, rtol=0)
-    assert (row[1, :, :3] == 0).all()
-
-
-def test_bf16_fused_heads_stay_finite_on_padding_rows():
-    q, k, v, log_alpha = _relevance_qkv()
-    q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()
-    mask = _padding_mask()
-    bias = fusion_bias(SEGMENTS, SEGMENTS, log_alpha, call_mask(mask, N, N, "cpu"))
-    out = relevance_attention(q, k, v, mask, SCALE, [1, 2], bias)
-    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
-
-
-def test_bf16_estimator_scores_are_fp32_and_keep_a_gradient_where_bf16_sigmoid_is_one():
-    """σ of a bf16 logit ≥ ~6.2 rounds to exactly 1: the BCE of a wrong, confident estimate then
-    clamps at 100 and its gradient is 0. The score heads return fp32 whatever their dtype (the
-    fusion bias's log α comes from them)."""
-    head = ScoreHead(adapter_dim=4, score_dim=4).bfloat16()
-    with torch.no_grad():
-        head.offset.fill_(8.0)  # logit 8: σ = 0.99966, 1.0 in bf16
-    a_question = torch.zeros(1, 1, 4, dtype=torch.bfloat16)
-    a_passages = torch.zeros(1, 1, 2, 4, dtype=torch.bfloat16)
-    r = head(a_passages, a_question)
-    assert r.dtype == torch.float32 and (r < 1).all()
-    labels, valid = torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool)
-    loss = aux_losses(r, r, r[:, -1], labels, labels, valid)["relevance"]
-    (grad,) = torch.autograd.grad(loss, head.offset)
-    assert loss.item() == pytest.approx(8.0, abs=0.01)  # −log(1 − σ(8)) ≈ 8, not 100
-    assert grad.item() == pytest.approx(1.0, abs=0.01)  # ∂/∂logit = σ − label

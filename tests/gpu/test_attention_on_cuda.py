@@ -4,18 +4,18 @@ gradients, in fp64 (the identity itself), fp32 and bf16; Eq. 14 bitwise in bf16.
 import pytest
 import torch
 
-from tests.attention.test_relevance import SCALE, SEGMENTS, _materialised, _qkv
 from tests.gpu.lane import DEVICE
+from tests.methods.lkg.test_kernel import SCALE, SEGMENTS, _materialised, _qkv
 from zoomattn.attention.math import sdpa
-from zoomattn.attention.rectified import (
+from zoomattn.methods.lkg.kernel import call_mask, fusion_bias, relevance_attention
+from zoomattn.methods.opamp.config import OpAmpConfig
+from zoomattn.methods.opamp.kernel import PATHS
+from zoomattn.methods.opamp.model import OpAmpAttention
+from zoomattn.methods.rectify.kernel import (
     Rectifier,
     rectified_attention,
     rectified_attention_materialised,
 )
-from zoomattn.attention.relevance import call_mask, fusion_bias, relevance_attention
-from zoomattn.attention.two_branch import PATHS
-from zoomattn.methods.opamp.config import OpAmpConfig
-from zoomattn.methods.opamp.model import OpAmpAttention
 
 pytestmark = pytest.mark.gpu
 
@@ -120,7 +120,7 @@ def test_relevance_fusion_matches_the_biased_softmax(dtype):
 
     fused = _values_and_grads(fused_fn, [q, k, v], [log_alpha])
     reference = _values_and_grads(reference_fn, _exact([q, k, v]), [log_alpha])
-    bound = {**BOUNDS, torch.bfloat16: 4e-2}  # log α rounded to bf16 (relevance.py)
+    bound = {**BOUNDS, torch.bfloat16: 4e-2}  # log α rounded to bf16 (methods/lkg/kernel.py)
     (out, grads), (ref, ref_grads) = fused, reference
     assert _rel(out, ref) <= bound[dtype]
     for g_, r in zip(grads, ref_grads, strict=True):

@@ -7,17 +7,13 @@ import torch
 from tests.gpu.lane import DEVICE, LANE, NF4_BF16
 from zoomattn.data.build import load_split
 from zoomattn.evaluation.generate import evaluate_records
-from zoomattn.methods import METHODS
-from zoomattn.modeling.loading import (
-    build_trainable,
-    load_finetuned,
-    load_for_eval,
-    load_tokenizer,
-    save_finetuned,
-)
+from zoomattn.methods import METHODS, ResolveContext
+from zoomattn.methods.loading import build_trainable, load_finetuned, load_for_eval
+from zoomattn.modeling.loading import load_tokenizer, save_finetuned
 from zoomattn.placement import describe
+from zoomattn.training.answer_loss import backward_batch
 from zoomattn.training.batching import encode_example, pad_batch
-from zoomattn.training.finetune import backward_batch, finetune
+from zoomattn.training.finetune import finetune
 
 pytestmark = pytest.mark.gpu
 
@@ -33,17 +29,22 @@ VALUES = {
 
 
 def _resolved(method, base_dir):
-    context = {
-        "tokenizer": load_tokenizer(base_dir),
-        "selected_heads": [[1, 0], [2, 3]],
-        "middle_heads": [[1, 0], [2, 3]],
-    }
-    return METHODS[method].resolve(VALUES[method], LORA, **context)
+    context = ResolveContext(
+        tokenizer=load_tokenizer(base_dir),
+        selected_heads=[[1, 0], [2, 3]],
+        middle_heads=[[1, 0], [2, 3]],
+    )
+    return METHODS[method].resolve(VALUES[method], LORA, context)
 
 
-def _tokenizer(method, values, base_dir):
+def _cfg(cell):
+    """The typed method config the finetune stage hands the trainer."""
+    return METHODS[cell["method"]].make_config(cell["method_config"])
+
+
+def _tokenizer(method, cfg, base_dir):
     tok = load_tokenizer(base_dir)
-    METHODS[method].prepare_tokenizer(tok, values)
+    METHODS[method].prepare_tokenizer(tok, cfg)
     return tok
 
 
@@ -56,8 +57,9 @@ def test_method_trains_in_4bit_bf16_on_cuda_and_reloads_to_identical_logits(
     method, base_dir, train_dir, tmp_path
 ):
     values = _resolved(method, base_dir)
-    tok = _tokenizer(method, values, base_dir)
-    model = build_trainable(base_dir, method, values, LORA, NF4_BF16, CUDA)
+    cfg = METHODS[method].make_config(values)
+    tok = _tokenizer(method, cfg, base_dir)
+    model = build_trainable(base_dir, method, cfg, LORA, NF4_BF16, CUDA)
     info = describe(model)
     assert info["device"].startswith(DEVICE) and info["quantization"] == "4-bit nf4"
     for name, p in model.named_parameters():
@@ -103,7 +105,7 @@ def test_finetune_job_trains_with_paged_adamw_and_checkpointing_then_evaluates_o
                      "gradient_checkpointing": True, "lora": LORA, "quantization": NF4_BF16},
     }  # fmt: skip
     logged = []
-    finetune(cell, train_dir, base_dir, tmp_path / "out", tmp_path / "ckpt", 4,
+    finetune(cell, _cfg(cell), train_dir, base_dir, tmp_path / "out", tmp_path / "ckpt", 4,
              lambda m, step: logged.append(m))  # fmt: skip
     assert len(logged) == 4 and all(m["train_loss"] == m["train_loss"] for m in logged)
     model = load_for_eval(tmp_path / "out", base_dir, NF4_BF16, CUDA)

@@ -8,9 +8,10 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from tests.modeling.family_tokenizers import family_tokenizer
+from zoomattn.methods.loading import load_for_eval
 from zoomattn.modeling.chat import family_of, stop_ids
 from zoomattn.modeling.hub import BASE_FILE, BaseModelError, prepare_base, weights_path
-from zoomattn.modeling.loading import load_base, load_for_eval, load_tokenizer
+from zoomattn.modeling.loading import load_base, load_tokenizer
 
 ARCH = {"hidden": 32, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate": 64}
 WORDS = ["paris", "france", "capital", "what", "is", "the", "of"]

@@ -8,10 +8,12 @@ from safetensors.torch import load_file
 from zoomattn.data.build import load_split, write_split
 from zoomattn.data.tasks import training_mix
 from zoomattn.methods import METHODS
+from zoomattn.methods.loading import build_trainable, load_for_eval
 from zoomattn.methods.mudaf.config import MudafConfig
-from zoomattn.modeling.loading import build_trainable, load_base, load_for_eval, load_tokenizer
+from zoomattn.modeling.loading import load_base, load_tokenizer
+from zoomattn.training.answer_loss import backward_batch
 from zoomattn.training.batching import encode_example
-from zoomattn.training.finetune import backward_batch, batch_indices, finetune, lr_factor
+from zoomattn.training.finetune import batch_indices, finetune, lr_factor
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +50,11 @@ def _cell(steps=6):
     }
 
 
+def _cfg(cell):
+    """The typed method config the finetune stage hands the trainer."""
+    return METHODS[cell["method"]].make_config(cell["method_config"])
+
+
 def test_batches_are_a_function_of_seed_and_step_cover_an_epoch_and_group_lengths():
     lengths = [random.Random(i).randint(5, 300) for i in range(64)]
     assert batch_indices(lengths, 4, 0, 3) == batch_indices(lengths, 4, 0, 3)
@@ -60,27 +67,6 @@ def test_batches_are_a_function_of_seed_and_step_cover_an_epoch_and_group_length
 
 def test_learning_rate_warms_up_then_stays_constant():
     assert [round(lr_factor(s, 100, 0.03), 3) for s in (0, 1, 2, 3, 50)] == [0.333, 0.667, 1, 1, 1]
-
-
-@pytest.mark.parametrize("micro", [1, 2, 3])
-def test_gradient_accumulation_gives_the_full_batch_gradient(train_dir, base_dir, micro):
-    """Micro-batches of unequal answer lengths and padding still sum to the full batch's
-    mean-token-loss gradient (each is divided by the whole batch's scored-token count)."""
-    tok = load_tokenizer(base_dir)
-    examples = [encode_example(tok, r) for r in load_split(train_dir)[:6]]
-    cfg = _cell()
-    cfg["finetune"]["lora"]["dropout"] = 0.0
-    model = build_trainable(
-        base_dir, "opamp", {**cfg["method_config"], "dropout": 0.0}, cfg["finetune"]["lora"], None
-    )
-    grads, losses = [], []
-    for m in (len(examples), micro):
-        losses.append(backward_batch(model, examples, tok.pad_token_id, m))
-        grads.append([p.grad.clone() for p in model.parameters() if p.requires_grad])
-        model.zero_grad(set_to_none=True)
-    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
-    for full, accumulated in zip(*grads, strict=True):
-        torch.testing.assert_close(accumulated, full, rtol=1e-4, atol=1e-6)
 
 
 class Killed(Exception):
@@ -111,18 +97,37 @@ def test_interrupted_finetune_resumes_to_the_same_weights_and_metric_history(
     cell = _cell()
     cell["finetune"]["log_every"] = 3  # step 4's loss is in the window logged at step 6
     reference = []
-    finetune(cell, train_dir, base_dir, tmp_path / "a", tmp_path / "ckpt_a", 1, _logger(reference))
+    finetune(
+        cell,
+        _cfg(cell),
+        train_dir,
+        base_dir,
+        tmp_path / "a",
+        tmp_path / "ckpt_a",
+        1,
+        _logger(reference),
+    )
 
     def die_at_step_6(metrics, step):  # logged before the checkpoint of step 6: 4 is the last
         if step == 6:
             raise Killed
 
     with pytest.raises(Killed):
-        finetune(cell, train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt_b", 1, die_at_step_6)
+        finetune(
+            cell,
+            _cfg(cell),
+            train_dir,
+            base_dir,
+            tmp_path / "b",
+            tmp_path / "ckpt_b",
+            1,
+            die_at_step_6,
+        )
     assert (tmp_path / "ckpt_b" / "state.pt").exists() and not (tmp_path / "b").exists()
     resumed, started = [], []
     result = finetune(
         cell,
+        _cfg(cell),
         train_dir,
         base_dir,
         tmp_path / "b",
@@ -142,13 +147,37 @@ def test_a_checkpoint_of_another_learning_rate_is_discarded_not_continued(
 ):
     fast = _cell()
     fast["finetune"]["lr"] = 5e-3
-    finetune(fast, train_dir, base_dir, tmp_path / "clean", tmp_path / "ckpt_clean", threads=1)
+    finetune(
+        fast,
+        _cfg(fast),
+        train_dir,
+        base_dir,
+        tmp_path / "clean",
+        tmp_path / "ckpt_clean",
+        threads=1,
+    )
     with pytest.raises(Killed):
-        finetune(_cell(), train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt", 1, die_at_step_5)
+        finetune(
+            _cell(),
+            _cfg(_cell()),
+            train_dir,
+            base_dir,
+            tmp_path / "b",
+            tmp_path / "ckpt",
+            1,
+            die_at_step_5,
+        )
     started = []
     with caplog.at_level(logging.INFO, logger="zoomattn"):
         finetune(
-            fast, train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt", 1, on_start=started.append
+            fast,
+            _cfg(fast),
+            train_dir,
+            base_dir,
+            tmp_path / "b",
+            tmp_path / "ckpt",
+            1,
+            on_start=started.append,
         )
     assert started == [0]
     assert "discarding checkpoint" in caplog.text and "resumed" not in caplog.text
@@ -176,6 +205,7 @@ def test_full_finetune_of_mudaf_trains_every_weight_saves_and_reloads(
     logged = []
     result = finetune(
         _mudaf_cell(heads),
+        _cfg(_mudaf_cell(heads)),
         train_dir,
         base_dir,
         tmp_path / "out",
@@ -209,15 +239,24 @@ def test_full_finetune_of_mudaf_trains_every_weight_saves_and_reloads(
 
 def test_interrupted_mudaf_finetune_resumes_to_the_same_weights(tmp_path, train_dir, base_dir):
     cell = _mudaf_cell(2, steps=6)
-    finetune(cell, train_dir, base_dir, tmp_path / "a", tmp_path / "ckpt_a", threads=1)
+    finetune(cell, _cfg(cell), train_dir, base_dir, tmp_path / "a", tmp_path / "ckpt_a", threads=1)
 
     def die_at_step_5(metrics, step):  # after the checkpoint of step 4
         if step == 5:
             raise Killed
 
     with pytest.raises(Killed):
-        finetune(cell, train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt_b", 1, die_at_step_5)
-    finetune(cell, train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt_b", threads=1)
+        finetune(
+            cell,
+            _cfg(cell),
+            train_dir,
+            base_dir,
+            tmp_path / "b",
+            tmp_path / "ckpt_b",
+            1,
+            die_at_step_5,
+        )
+    finetune(cell, _cfg(cell), train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt_b", threads=1)
     a = load_file(tmp_path / "a" / "model.safetensors")
     b = load_file(tmp_path / "b" / "model.safetensors")
     assert a.keys() == b.keys()
@@ -233,9 +272,9 @@ def test_contrastive_term_changes_the_gradient_of_the_selected_layers_only(train
     examples = [encode_example(tok, r) for r in records]
     grads = {}
     for heads in (2, 0):
-        values = _mudaf_cell(heads)["method_config"]
-        model = build_trainable(base_dir, "mudaf", values, None, None)
-        objective = METHODS["mudaf"].objective(values)
+        cfg = _cfg(_mudaf_cell(heads))
+        model = build_trainable(base_dir, "mudaf", cfg, None, None)
+        objective = METHODS["mudaf"].objective(cfg)
         qa_weight = 0.3 if heads else 1.0
         backward_batch(model, examples, tok.pad_token_id, 4, qa_weight)
         if heads:
@@ -252,7 +291,7 @@ def test_contrastive_term_changes_the_gradient_of_the_selected_layers_only(train
 
 def test_mudaf_with_alpha_0_is_vanilla_sft(tmp_path, train_dir, base_dir):
     for run, cell in (("vanilla", _mudaf_cell(0, steps=2)), ("a0", _mudaf_cell(2, 2, alpha=0))):
-        finetune(cell, train_dir, base_dir, tmp_path / run, tmp_path / f"ckpt_{run}", 1)
+        finetune(cell, _cfg(cell), train_dir, base_dir, tmp_path / run, tmp_path / f"ckpt_{run}", 1)
     a = load_file(tmp_path / "vanilla" / "model.safetensors")
     b = load_file(tmp_path / "a0" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)

@@ -1,5 +1,5 @@
 """Attention math shared by every method: fused SDPA, the materialised reference, last-row probes
-(the two-branch fused form of OpAmp-like methods is in ``two_branch``).
+(a method's own attention, such as OpAmp's two-branch form, is in its folder's ``kernel.py``).
 
 The materialised softmax and the probes compute in ``probe_dtype`` (fp32 for bf16 inputs) and
 return it: a bf16 softmax rounds every probability and every score by up to 2⁻⁹ of itself (a

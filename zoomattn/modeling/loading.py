@@ -1,17 +1,17 @@
-"""Building, saving and reloading models: the one code path a hub model and our tiny base share.
+"""Loading and saving models: the one code path a hub model and our tiny base share.
 
 A fine-tuned model directory holds peft's LoRA files, the method's unquantised attention modules
-(``zoom_modules.safetensors``) and ``method.json`` (method name and config). Reloading rebuilds the
-method from that config and loads the modules strictly, so a model can never be evaluated with a
-layer layout other than the one it was trained with. A method tuned in full (``tuning: full``,
-MuDAF) trains every parameter of the unquantised base and is saved as a plain transformers model
-(``config.json`` + weights) with ``method.json`` beside it, which loads like a merged copy.
+(``zoom_modules.safetensors``) and ``method.json`` (method name and config). Attaching the method
+that file names is ``zoomattn.methods.loading``'s part (this layer knows no method); here the
+saved modules are loaded strictly into the model it rebuilt. A method tuned in full
+(``tuning: full``, MuDAF) trains every parameter of the unquantised base and is saved as a plain
+transformers model (``config.json`` + weights) with ``method.json`` beside it, which loads like a
+merged copy.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -19,9 +19,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
 import zoomattn.attention.interface as attn_interface
-from zoomattn.methods import METHODS
-from zoomattn.modeling.hub import BASE_FILE, weights_path
-from zoomattn.placement import CPU, Placement, report
+from zoomattn.modeling.hub import weights_path
+from zoomattn.placement import CPU, Placement
 
 ZOOM_FILE = "zoom_modules.safetensors"
 MERGED_DIR = "merged"
@@ -75,48 +74,7 @@ def zoom_state(model) -> dict[str, torch.Tensor]:
     }
 
 
-def build_trainable(
-    base_path,
-    method_name: str,
-    method_values: dict,
-    lora: dict,
-    quantization: dict | None,
-    placement: Placement = CPU,
-):
-    """Base (4-bit) + the method's attention modules (unquantised, trained) + LoRA; with
-    ``tuning: full`` the unquantised base + the method's modules, every parameter trained."""
-    method = METHODS[method_name]
-    if method.tuning(method_values) == "full":  # fp32 master weights: bf16 would drop small steps
-        model = load_base(base_path, placement=replace(placement, dtype="float32"))
-        method.attach(model, method.make_config(method_values))
-        for p in model.parameters():
-            p.requires_grad_(True)
-        report(model)
-        return model
-
-    from peft import LoraConfig, get_peft_model  # peft imports bitsandbytes: load only when used
-
-    model = load_base(base_path, quantization, placement)
-    method.attach(model, method.make_config(method_values))
-    model = get_peft_model(
-        model,
-        LoraConfig(
-            r=lora["r"],
-            lora_alpha=lora["alpha"],
-            lora_dropout=lora["dropout"],
-            target_modules=method.lora_targets(lora["target_modules"]),
-            bias="none",
-            task_type="CAUSAL_LM",
-        ),
-    )
-    for name, p in model.named_parameters():
-        if ".zoom." in name:
-            p.requires_grad_(True)
-    report(model)
-    return model
-
-
-def _save_zoom(model, out_dir: Path, method_name: str, method_values: dict) -> None:
+def save_zoom(model, out_dir: Path, method_name: str, method_values: dict) -> None:
     zoom = zoom_state(model)
     if zoom:
         save_file(zoom, str(Path(out_dir) / ZOOM_FILE))
@@ -125,11 +83,9 @@ def _save_zoom(model, out_dir: Path, method_name: str, method_values: dict) -> N
     )
 
 
-def _attach_saved_zoom(model, model_dir: Path) -> None:
-    """Rebuild the method from method.json and load its modules strictly."""
-    spec = json.loads((model_dir / METHOD_FILE).read_text())
-    method = METHODS[spec["method"]]
-    method.attach(model, method.make_config(spec["config"]))
+def load_zoom(model, model_dir: Path) -> None:
+    """Load the saved attention modules into a model the method was attached to, strictly: the
+    saved names must be exactly the model's."""
     expected = set(zoom_state(model))
     saved = load_file(str(model_dir / ZOOM_FILE)) if (model_dir / ZOOM_FILE).exists() else {}
     missing, unexpected = sorted(expected - set(saved)), sorted(set(saved) - expected)
@@ -144,6 +100,12 @@ def _attach_saved_zoom(model, model_dir: Path) -> None:
             params[name].copy_(value)
 
 
+def read_method_file(model_dir: Path) -> tuple[str, dict]:
+    """(method name, config values) a model was saved with."""
+    spec = json.loads((Path(model_dir) / METHOD_FILE).read_text())
+    return spec["method"], spec["config"]
+
+
 def is_full(model) -> bool:
     """Whether a trained model is tuned in full (a plain transformers model, no peft wrapper)."""
     return not hasattr(model, "get_base_model")
@@ -153,7 +115,7 @@ def save_finetuned(model, out_dir: Path, method_name: str, method_values: dict) 
     """peft's LoRA files, or (full tuning) the whole model; the method's modules and method.json."""
     model.save_pretrained(out_dir)
     _sort_adapter_lists(Path(out_dir) / ADAPTER_FILE)
-    _save_zoom(model, out_dir, method_name, method_values)
+    save_zoom(model, out_dir, method_name, method_values)
 
 
 def _sort_adapter_lists(path: Path) -> None:
@@ -208,46 +170,4 @@ def export_merged(
         for name, dense in weights.items():
             merged.get_submodule(name).weight.copy_(dense)
     merged.save_pretrained(out_dir)
-    _save_zoom(model, out_dir, method_name, method_values)
-
-
-def load_finetuned(
-    model_dir: str | Path, base_path, quantization: dict | None, placement: Placement = CPU
-):
-    """Rebuild base + method + LoRA from a fine-tuned directory, exactly as trained."""
-    from peft import PeftModel
-
-    model_dir = Path(model_dir)
-    model = PeftModel.from_pretrained(load_base(base_path, quantization, placement), model_dir)
-    _attach_saved_zoom(unwrap(model), model_dir)
-    return model.eval()
-
-
-def load_merged(merged_dir: str | Path, placement: Placement = CPU):
-    model = load_base(merged_dir, placement=placement)
-    _attach_saved_zoom(model, Path(merged_dir))
-    return model.eval()
-
-
-def load_for_eval(
-    model_dir: str | Path,
-    base_dir: str | Path,
-    quantization: dict | None,
-    placement: Placement = CPU,
-):
-    """The base itself, a fine-tuned model's merged evaluation copy, a fully tuned model (plain
-    weights + method.json, unquantised as trained), or base + LoRA + method; on the placement's
-    device, reported to the job's log and MLflow run."""
-    model_dir = Path(model_dir)
-    if model_dir.resolve() == Path(base_dir).resolve():
-        # A hub base is evaluated as fine-tuning sees it (4-bit); our tiny base unquantised.
-        from_hub = (model_dir / BASE_FILE).is_file()
-        model = load_base(base_dir, quantization if from_hub else None, placement).eval()
-    elif (model_dir / MERGED_DIR).exists():
-        model = load_merged(model_dir / MERGED_DIR, placement)
-    elif (model_dir / "config.json").is_file() and not (model_dir / ADAPTER_FILE).exists():
-        model = load_merged(model_dir, placement)
-    else:
-        model = load_finetuned(model_dir, base_dir, quantization, placement)
-    report(model)
-    return model
+    save_zoom(model, out_dir, method_name, method_values)

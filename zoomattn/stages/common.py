@@ -11,7 +11,8 @@ def load_model(spec: dict, model_dir: Path, base_dir: Path, threads: int):
     that adds tokens, LKG-RALM's boundary markers), else the base's."""
     import torch
 
-    from zoomattn.modeling.loading import load_for_eval, load_tokenizer
+    from zoomattn.methods.loading import load_for_eval
+    from zoomattn.modeling.loading import load_tokenizer
     from zoomattn.placement import Placement
 
     torch.manual_seed(0)

@@ -77,34 +77,36 @@ def finetune(
     heads LKG-RALM fuses on; each logged with the run. The base's tokenizer is in the context too
     (LKG-RALM records the ids of the boundary tokens it adds)."""
     from zoomattn.io import atomic_dir
-    from zoomattn.methods import METHODS
+    from zoomattn.methods import METHODS, ResolveContext
     from zoomattn.modeling.loading import load_tokenizer
     from zoomattn.training.finetune import finetune as run_finetune
 
+    method = METHODS[spec["method"]]
     with job_run(spec, "finetune", spec["run"], results) as run, atomic_dir(out) as tmp:
         t0 = time.time()
-        context = {"tokenizer": load_tokenizer(base_dir)}
-        if margin:
-            context["xi_auto"] = read_json(margin)["xi_auto"]
+        context = ResolveContext(
+            tokenizer=load_tokenizer(base_dir),
+            xi_auto=read_json(margin)["xi_auto"] if margin else None,
+            selected_heads=read_json(heads)["selected"] if heads else None,
+            middle_heads=read_json(patterns)["middle_heads"] if patterns else None,
+        )
         if heads:
-            context["selected_heads"] = read_json(heads)["selected"]
             run.log_artifacts(heads, "selected_heads")
         if patterns:
-            context["middle_heads"] = read_json(patterns)["middle_heads"]
             run.log_artifacts(patterns, "head_patterns")
-        values = METHODS[spec["method"]].resolve(
-            spec["method_config"], spec["finetune"]["lora"], **context
-        )
+        values = method.resolve(spec["method_config"], spec["finetune"]["lora"], context)
+        cfg = method.make_config(values)  # the job's typed config, handed to every hook
         run.set_tags({f"method.{k}": str(v) for k, v in values.items()})
         # the resolved values (selected heads, xi_auto, ...) are part of the cell the trainer
         # receives, and so of the identity its checkpoints are made for
         spec = {**spec, "method_config": values}
+        on_start = tag_resumed_from(run)
         metrics = run_finetune(
-            spec, data_dir, base_dir, tmp, ckpt, threads, run.log_metrics, tag_resumed_from(run)
+            spec, cfg, data_dir, base_dir, tmp, ckpt, threads, run.log_metrics, on_start
         )
         write_json(tmp / "metrics.json", metrics)
         run.log_metrics({**metrics, "wall_seconds": time.time() - t0})
-        if METHODS[spec["method"]].tuning(values) == "full":  # the whole model: not copied again
+        if method.tuning(cfg) == "full":  # the whole model: not copied again
             for name in ("method.json", "metrics.json"):
                 run.log_artifacts(tmp / name, "model")
         else:

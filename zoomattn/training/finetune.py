@@ -1,9 +1,10 @@
 """Fine-tuning one grid cell: answer-only loss, seeded batches, resumable checkpoints.
 
-A method may add a training term (``Method.objective``, MuDAF's contrastive loss): the loss is then
-``qa_weight·L_qa + term``, both accumulated over micro-batches, both drawn from (seed, step). An
-objective with its own ``backward_batch`` (LKG-RALM) takes the whole step over. A method that adds
-tokens to the tokenizer (``Method.prepare_tokenizer``) gets that tokenizer saved with the model.
+Every step is the method's objective's ``step`` (``zoomattn.methods.protocol.Objective``): the
+answer loss alone (``answer_loss.AnswerLoss``) unless the method has a training step of its own
+(MuDAF's contrastive term, LKG-RALM's estimator losses), accumulated over micro-batches and drawn
+from (seed, step). A method that adds tokens to the tokenizer (``Method.prepare_tokenizer``) gets
+that tokenizer saved with the model.
 """
 
 from __future__ import annotations
@@ -16,17 +17,18 @@ import torch
 from tqdm import tqdm
 
 from zoomattn.data.build import load_split
-from zoomattn.methods import METHODS
+from zoomattn.methods import METHODS, StepBatch
+from zoomattn.methods.loading import build_trainable
 from zoomattn.modeling.loading import (
     MERGED_DIR,
-    build_trainable,
     export_merged,
     is_full,
     load_tokenizer,
     save_finetuned,
 )
 from zoomattn.placement import Placement
-from zoomattn.training.batching import encode_example, pad_batch, scored_tokens
+from zoomattn.training.answer_loss import AnswerLoss
+from zoomattn.training.batching import encode_example
 from zoomattn.training.checkpoint import Checkpointer, job_identity
 
 log = logging.getLogger(__name__)
@@ -72,30 +74,6 @@ def batch_indices(
     return batches[k]
 
 
-def backward_batch(
-    model, examples: list[dict], pad_id: int, micro_batch_size: int, scale: float = 1.0
-) -> float:
-    """Gradient of ``scale`` × the batch's mean answer-token loss, accumulated over micro-batches.
-
-    Each micro-batch contributes its token-loss sum divided by the whole batch's count of scored
-    tokens, so the accumulated gradient is the full batch's, whatever the split. Returns the loss
-    (unscaled).
-    """
-    if micro_batch_size >= len(examples):
-        # one pass: the model's own mean loss, bit-identical to training without accumulation
-        loss = model(**pad_batch(examples, pad_id, model.device)).loss
-        (loss if scale == 1.0 else loss * scale).backward()
-        return loss.item()
-    n_scored = scored_tokens(examples)
-    total = 0.0
-    for i in range(0, len(examples), micro_batch_size):
-        batch = pad_batch(examples[i : i + micro_batch_size], pad_id, model.device)
-        loss = model(**batch, num_items_in_batch=n_scored).loss
-        (loss if scale == 1.0 else loss * scale).backward()
-        total += loss.item()
-    return total
-
-
 def _encode(tok, records: list[dict], max_length: int | None) -> tuple[list, list, int]:
     """(records, encoded examples) kept in step, and how many were left out as too long."""
     encoded = [encode_example(tok, r) for r in records]
@@ -110,6 +88,7 @@ def _encode(tok, records: list[dict], max_length: int | None) -> tuple[list, lis
 
 def finetune(
     cell: dict,
+    method_cfg,
     data_dir: Path,
     base_dir: Path,
     out_dir: Path,
@@ -118,25 +97,29 @@ def finetune(
     on_metrics=lambda metrics, step: None,
     on_start=lambda resumed_from_step: None,
 ) -> dict:
-    """Train one cell. A checkpoint is resumed only when made for the same cell (every value of it,
-    the resolved method values and the code hash included) on the same data and base; a resumed
-    run first sends ``on_metrics`` the metrics logged before the interruption again.
-    ``on_start`` gets the step training resumes from (0: from scratch)."""
+    """Train one cell. ``method_cfg`` is the method's typed config, made from the cell's (resolved)
+    ``method_config``, which is what the model is saved with. A checkpoint is resumed only when
+    made for the same cell (every value of it, the resolved method values and the code hash
+    included) on the same data and base; a resumed run first sends ``on_metrics`` the metrics
+    logged before the interruption again. ``on_start`` gets the step training resumes from (0:
+    from scratch)."""
     ft = cell["finetune"]
     torch.manual_seed(cell["seed"])
     random.seed(cell["seed"])
     torch.set_num_threads(threads)
     tok = load_tokenizer(base_dir)
     method = METHODS[cell["method"]]
-    own_tokenizer = method.prepare_tokenizer(tok, cell["method_config"])  # saved with the model
+    if not isinstance(method_cfg, method.config_cls):
+        raise TypeError(f"method_cfg: a {method.config_cls.__name__}, got {method_cfg!r}")
+    own_tokenizer = method.prepare_tokenizer(tok, method_cfg)  # saved with the model
     records, encoded, dropped = _encode(tok, load_split(data_dir), ft.get("max_length"))
     if not encoded:
         raise ValueError(f"{data_dir}: no training example fits finetune.max_length")
     lengths = [len(e["input_ids"]) for e in encoded]
-    objective = method.objective(cell["method_config"])
+    objective = method.objective(method_cfg) or AnswerLoss()
     placement = Placement.from_spec(cell.get("device"))
     model = build_trainable(
-        base_dir, cell["method"], cell["method_config"], ft["lora"], ft["quantization"], placement
+        base_dir, cell["method"], method_cfg, ft["lora"], ft["quantization"], placement
     )
     if ft.get("gradient_checkpointing"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -153,21 +136,15 @@ def finetune(
     micro = ft.get("micro_batch_size") or ft["batch_size"]
     while step < ft["steps"]:
         idx = batch_indices(lengths, ft["batch_size"], cell["seed"], step)
-        qa_weight = 1.0 if objective is None else objective.qa_weight
-        batch, batch_records = [encoded[i] for i in idx], [records[i] for i in idx]
-        if hasattr(objective, "backward_batch"):  # the method's own step (LKG-RALM)
-            qa, extra = objective.backward_batch(
-                model, tok, batch_records, batch, tok.pad_token_id, micro
-            )
-            metrics = {"train_loss": qa, "qa_loss": qa, **extra}
-        else:
-            qa = backward_batch(model, batch, tok.pad_token_id, micro, qa_weight)
-            metrics = {"train_loss": qa, "qa_loss": qa}
-            if objective is not None:
-                term, extra = objective.backward(
-                    model, tok, batch_records, cell["seed"], step, micro
-                )
-                metrics.update(extra, train_loss=qa_weight * qa + term)
+        batch = StepBatch(
+            records=[records[i] for i in idx],
+            examples=[encoded[i] for i in idx],
+            pad_id=tok.pad_token_id,
+            micro_batch_size=micro,
+            seed=cell["seed"],
+            step=step,
+        )
+        metrics = objective.step(model, tok, batch)
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         for group in optimizer.param_groups:
             group["lr"] = ft["lr"] * lr_factor(step, ft["steps"], ft["warmup_ratio"])

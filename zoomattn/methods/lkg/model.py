@@ -8,7 +8,7 @@ does, for every call that comes with token ids:
 - embeddings: the ids' embeddings, with the rows of the four markers taken from ``boundary``
   (their ids may lie past the embedding matrix, which is never resized; such ids look up row 0
   before being overwritten);
-- at prefill (no cache, or an empty one): the segments of ``relevance.segment_ids``; then the
+- at prefill (no cache, or an empty one): the segments of ``kernel.segment_ids``; then the
   estimator pass, the same decoder called once more on the same embeddings under the blocked
   bidirectional ``estimator_mask`` (its layers record each ``[e_i]`` row's attention entropy, and
   forward hooks every layer's output at ``[e_i]`` and ``[e_q]``), giving r, c and α (eq. 5); or,
@@ -28,7 +28,9 @@ from torch import nn
 
 from zoomattn.attention.interface import attention_modules
 from zoomattn.attention.math import attention_probs, last_row_probs, sdpa
-from zoomattn.attention.relevance import (
+from zoomattn.methods.lkg.config import LkgConfig
+from zoomattn.methods.lkg.estimator import PassageEstimator, guidance, passage_entropy
+from zoomattn.methods.lkg.kernel import (
     QUESTION,
     TAIL,
     Boundary,
@@ -40,8 +42,6 @@ from zoomattn.attention.relevance import (
     relevance_last_row,
     segment_ids,
 )
-from zoomattn.methods.lkg.config import LkgConfig
-from zoomattn.methods.lkg.estimator import PassageEstimator, guidance, passage_entropy
 from zoomattn.methods.lkg.rankers import RANKERS, normalised
 from zoomattn.modeling.boundary import add_boundary_tokens
 
@@ -305,9 +305,3 @@ def prepare_tokenizer(tok, cfg: LkgConfig) -> None:
     ids = add_boundary_tokens(tok)
     if cfg.boundary_ids is not None and ids != list(cfg.boundary_ids):
         raise ValueError(f"boundary_ids: the model has {cfg.boundary_ids}, the tokenizer {ids}")
-
-
-def objective(cfg: LkgConfig):
-    from zoomattn.methods.lkg.objective import LkgObjective
-
-    return LkgObjective(cfg)

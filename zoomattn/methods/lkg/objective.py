@@ -1,8 +1,8 @@
 """LKG-RALM's training step (paper §4.3.2, §4.4): the answer loss plus the estimator's losses.
 
-``LkgObjective.backward_batch`` replaces fine-tuning's ``backward_batch`` for this method: the
-estimator's r, c and α come from the same forward as the answer loss (the decoder hook's estimator
-pass), so both are taken from one call. Targets per passage: relevance labels from the record's
+The estimator's r, c and α come from the same forward as the answer loss (the decoder hook's
+estimator pass), so ``LkgObjective.step`` takes both from one call instead of running the answer
+loss apart. Targets per passage: relevance labels from the record's
 ``golden`` (passage k is the k-th document) and the confidence target, the share of the K external
 rankers (``rankers.py``) whose top-n prediction matches the label.
 """
@@ -15,6 +15,7 @@ from zoomattn.methods.lkg.config import LkgConfig
 from zoomattn.methods.lkg.estimator import aux_losses
 from zoomattn.methods.lkg.model import LkgState, lkg_module, passage_terms
 from zoomattn.methods.lkg.rankers import RANKERS, agreement
+from zoomattn.methods.protocol import StepBatch
 from zoomattn.training.batching import pad_batch, scored_tokens
 
 AUX = ("relevance", "confidence", "diversity")
@@ -32,8 +33,6 @@ def golden_top1(alpha_last: torch.Tensor, labels: torch.Tensor, valid: torch.Ten
 class LkgObjective:
     """Answer loss + ``aux_weight``·(relevance + confidence + diversity); with ``aux_weight`` 0 the
     targets are still set and the losses reported (the LM loss alone trains the estimator)."""
-
-    qa_weight = 1.0
 
     def __init__(self, cfg: LkgConfig):
         self.cfg = cfg
@@ -67,26 +66,25 @@ class LkgObjective:
             valid &= state.passage_valid
         return labels, agree, valid
 
-    def backward_batch(
-        self, model, tok, records: list[dict], examples: list[dict], pad_id: int, micro: int
-    ) -> tuple[float, dict[str, float]]:
-        """Accumulate the batch's gradient over micro-batches; return (answer loss, metrics).
+    def step(self, model, tok, batch: StepBatch) -> dict[str, float]:
+        """Accumulate the batch's gradient over micro-batches; return the step's metrics.
 
-        The answer loss is split as ``finetune.backward_batch`` splits it (each micro-batch's token
-        sum over the whole batch's scored tokens); each auxiliary loss is a mean over the
+        The answer loss is split as ``answer_loss.backward_batch`` splits it (each micro-batch's
+        token sum over the whole batch's scored tokens); each auxiliary loss is a mean over the
         micro-batch, weighted by its share of the batch's rows."""
         state = lkg_module(model).state
+        records, examples, micro = batch.records, batch.examples, batch.micro_batch_size
         n = len(examples)
         n_scored = scored_tokens(examples)
         qa, aux, hits, rows = 0.0, dict.fromkeys(AUX, 0.0), 0, 0
         for i in range(0, n, micro):
             chunk, recs = examples[i : i + micro], records[i : i + micro]
-            batch = pad_batch(chunk, pad_id, model.device)
+            inputs = pad_batch(chunk, batch.pad_id, model.device)
             extra = {} if micro >= n else {"num_items_in_batch": n_scored}
-            loss = model(**batch, **extra).loss
+            loss = model(**inputs, **extra).loss
             qa += loss.item()
             if state.alpha is not None:
-                labels, agree, valid = self.targets(state, batch["input_ids"], recs)
+                labels, agree, valid = self.targets(state, inputs["input_ids"], recs)
                 h, r = golden_top1(state.alpha[:, -1].detach(), labels, valid)
                 hits, rows = hits + h, rows + r
                 if state.r is not None:
@@ -97,7 +95,7 @@ class LkgObjective:
                     if self.cfg.aux_weight > 0:
                         loss = loss + self.cfg.aux_weight * share * sum(terms.values())
             loss.backward()
-        metrics = {"qa_loss": qa}
+        metrics = {"train_loss": qa + self.cfg.aux_weight * sum(aux.values()), "qa_loss": qa}
         if self.has_alpha:
             metrics["golden_top1"] = hits / rows if rows else 0.0
         if self.has_aux:
@@ -106,5 +104,4 @@ class LkgObjective:
                 confidence_loss=aux["confidence"],
                 diversity=aux["diversity"],
             )
-        metrics["train_loss"] = qa + self.cfg.aux_weight * sum(aux.values())
-        return qa, metrics
+        return metrics

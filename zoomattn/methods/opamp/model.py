@@ -5,7 +5,7 @@
 with A_c = 1 and A_d = K·A_c (K = CMRR); K = inf is the Differential-Transformer limit A_c = 0,
 A_d = 1. The output M̄V = A_d·(M⁺V − M⁻V) + (A_c/2)·(M⁺V + M⁻V) is two fused SDPA calls and no
 N×N matrix is formed; combined in this form, not as (A_d + A_c/2)·M⁺V + (A_c/2 − A_d)·M⁻V, it
-stays exact in bf16 where M⁺ = M⁻ (``two_branch``). Adapters E(x) = x + GELU(dropout(x) W₁) W₂
+stays exact in bf16 where M⁺ = M⁻ (``kernel``). Adapters E(x) = x + GELU(dropout(x) W₁) W₂
 act on the whole flattened q (all query heads) or k (the KV heads, before GQA repetition) after
 RoPE; W₂ starts at zero, so at initialisation M⁺ = M⁻ = M and M̄ = M for every finite K (Eq. 14),
 bitwise in any dtype. Only layers with ``layer_idx % every == 0`` are adapted. Training on CPU
@@ -23,8 +23,8 @@ from torch import nn
 
 from zoomattn.attention.interface import attention_modules
 from zoomattn.attention.math import attention_probs, last_row_probs, repeat_kv
-from zoomattn.attention.two_branch import combine_modes, two_branch_attention
 from zoomattn.methods.opamp.config import OpAmpConfig
+from zoomattn.methods.opamp.kernel import combine_modes, two_branch_attention
 
 
 class BottleneckAdapter(nn.Module):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-G_VARIANTS = ("max", "tanh", "tanh_plus_x", "sigmoid")  # attention/rectified.py: their formulas
+G_VARIANTS = ("max", "tanh", "tanh_plus_x", "sigmoid")  # kernel.py: their formulas
 
 
 @dataclass(frozen=True)

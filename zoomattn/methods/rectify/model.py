@@ -10,8 +10,8 @@ the KV cache needs nothing new, and no extra projection of the keys is trained.
 RoPE: u gets the rotary embedding of its query position, exactly as LoRA's update of ``q_proj``
 would inside q, so the update depends on relative position like the base score does. Hence at
 ξ = 0 (g(x) = x) the scores are (q + u)·k·s: LoRA on ``q_proj``, the same function class with the
-same parameter count, and a checkpoint maps one to the other (tests/methods/test_rectify.py). The
-shared LoRA of the preset still adapts every other target module; ``q_proj`` is left to ΔW.
+same parameter count, and a checkpoint maps one to the other (tests/methods/rectify/test_model.py).
+The shared LoRA of the preset still adapts every other target module; ``q_proj`` is left to ΔW.
 
 The attention function only receives q, k, v (``attention.interface``); a forward pre-hook on the
 attention module hands this module the layer input and its rotary cos/sin.
@@ -25,10 +25,8 @@ import torch
 from torch import nn
 
 from zoomattn.attention.interface import attention_modules
-from zoomattn.attention.rectified import Rectifier, rectified_attention, rectified_last_row
 from zoomattn.methods.rectify.config import RectifyConfig
-
-LORA_EXCLUDE = ("q_proj",)  # the shared LoRA must not also adapt q_proj: ΔW is that update
+from zoomattn.methods.rectify.kernel import Rectifier, rectified_attention, rectified_last_row
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

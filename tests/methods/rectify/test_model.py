@@ -4,10 +4,10 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
 from zoomattn.attention.interface import attention_modules
-from zoomattn.methods import METHODS, cells
+from zoomattn.methods import METHODS, ResolveContext, cells
+from zoomattn.methods.loading import build_trainable
 from zoomattn.methods.rectify.config import RectifyConfig
 from zoomattn.methods.rectify.model import attach
-from zoomattn.modeling.loading import build_trainable
 
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
 IDS = torch.tensor([[1, 5, 9, 12, 7, 30, 4, 8], [0, 0, 0, 3, 14, 15, 9, 2]])
@@ -105,8 +105,9 @@ def test_incremental_decoding_matches_the_full_forward_pass(base_dir):
 
 
 def test_build_trainable_leaves_q_proj_to_the_rectification(base_dir):
-    values = METHODS["rectify"].resolve({"xi": 3, "g": "max"}, LORA)
-    model = build_trainable(base_dir, "rectify", values, LORA, None)
+    rectify = METHODS["rectify"]
+    values = rectify.resolve({"xi": 3, "g": "max"}, LORA, ResolveContext())
+    model = build_trainable(base_dir, "rectify", rectify.make_config(values), LORA, None)
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     assert any(".q_proj." in n for n in names) is False
     assert any(".v_proj.lora_A" in n for n in names)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from zoomattn.attention.math import attention_probs, repeat_kv, sdpa
-from zoomattn.attention.relevance import (
+from zoomattn.methods.lkg.kernel import (
     OTHER,
     QUESTION,
     TAIL,

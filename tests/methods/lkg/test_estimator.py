@@ -5,6 +5,7 @@ import torch
 
 from zoomattn.methods.lkg.estimator import (
     PassageEstimator,
+    ScoreHead,
     aux_losses,
     guidance,
     passage_entropy,
@@ -142,3 +143,21 @@ def test_estimator_scores_are_probabilities_per_layer_and_passage_and_dropout_on
     assert not torch.allclose(r2[..., 0], r[..., 0])
     est.train()
     assert not torch.allclose(est(e_p, e_q)[0], r)
+
+
+def test_bf16_estimator_scores_are_fp32_and_keep_a_gradient_where_bf16_sigmoid_is_one():
+    """σ of a bf16 logit ≥ ~6.2 rounds to exactly 1: the BCE of a wrong, confident estimate then
+    clamps at 100 and its gradient is 0. The score heads return fp32 whatever their dtype (the
+    fusion bias's log α comes from them)."""
+    head = ScoreHead(adapter_dim=4, score_dim=4).bfloat16()
+    with torch.no_grad():
+        head.offset.fill_(8.0)  # logit 8: σ = 0.99966, 1.0 in bf16
+    a_question = torch.zeros(1, 1, 4, dtype=torch.bfloat16)
+    a_passages = torch.zeros(1, 1, 2, 4, dtype=torch.bfloat16)
+    r = head(a_passages, a_question)
+    assert r.dtype == torch.float32 and (r < 1).all()
+    labels, valid = torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool)
+    loss = aux_losses(r, r, r[:, -1], labels, labels, valid)["relevance"]
+    (grad,) = torch.autograd.grad(loss, head.offset)
+    assert loss.item() == pytest.approx(8.0, abs=0.01)  # −log(1 − σ(8)) ≈ 8, not 100
+    assert grad.item() == pytest.approx(1.0, abs=0.01)  # ∂/∂logit = σ − label

@@ -1,6 +1,6 @@
-"""Rectified attention (GRID.md §2): softmax(q·kᵀ·s + g(u·kᵀ·s) + mask)·v, block by block.
+"""Rectification's attention kernel (GRID.md §2): softmax(q·kᵀ·s + g(u·kᵀ·s) + mask)·v, by blocks.
 
-``u`` is the low-rank query update (``methods/rectify``): at ξ = 0, where g is the identity, the
+``u`` is the low-rank query update (``model.py``): at ξ = 0, where g is the identity, the
 scores are ``(q + u)·kᵀ·s``, plain attention on the updated queries, and the fused SDPA kernel
 runs. A nonlinear g on pairwise scores has no fused kernel, so ``rectified_attention`` walks the
 queries in blocks of ``block`` rows: a block's scores are ``[block, S]`` per head, and under

@@ -7,9 +7,9 @@ from transformers import AutoModelForCausalLM
 from tests.attention.test_math import _qkv, left_padding_mask
 from zoomattn.attention.interface import attention_modules, recording_last_row
 from zoomattn.attention.math import attention_probs
-from zoomattn.attention.two_branch import PATHS
 from zoomattn.methods import METHODS, cells
 from zoomattn.methods.opamp.config import OpAmpConfig
+from zoomattn.methods.opamp.kernel import PATHS
 from zoomattn.methods.opamp.model import OpAmpAttention, adapted_layers, attach
 
 

@@ -12,8 +12,8 @@ import zoomattn.attention.interface  # noqa: F401  (registers the "zoomattn" imp
 from tests.attention.test_math import left_padding_mask
 from zoomattn.attention.interface import attention_modules
 from zoomattn.attention.math import sdpa
-from zoomattn.attention.two_branch import PATHS
 from zoomattn.methods.opamp.config import OpAmpConfig
+from zoomattn.methods.opamp.kernel import PATHS
 from zoomattn.methods.opamp.model import OpAmpAttention, attach
 
 BF16_EPS = 2.0**-8  # spacing of bf16 numbers in [1, 2)

@@ -1,4 +1,5 @@
-"""Two adapted attentions in one fused call, combined in common and differential mode:
+"""OpAmp's attention kernel: two adapted attentions in one fused call, combined in common and
+differential mode:
 
     c·(O₀ + O₁) + d·(O₀ − O₁),  Oᵢ = softmax(QᵢKᵢᵀ·scale + mask)V,  (c, d) = gains
 

@@ -6,7 +6,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from zoomattn.attention.math import additive_mask, repeat_kv, sdpa
-from zoomattn.attention.rectified import (
+from zoomattn.methods.rectify.kernel import (
     G_VARIANTS,
     Rectifier,
     rectified_attention,

@@ -1,4 +1,4 @@
-"""MuDAF's contrastive objective (paper §3.2 and §4.2, GRID.md §3).
+"""MuDAF's contrastive loss (paper §3.2 and §4.2, GRID.md §3).
 
 For each record: the query is the post-RoPE query of every selected head at the last token of the
 question anchor (the record's prompt without documents, run as its own forward pass); the keys are
@@ -144,34 +144,3 @@ def contrastive_loss_sum(model, examples: list[dict], selected, tau: float, pad_
         return torch.zeros((), device=model.device, requires_grad=True)
     query, keys, valid = head_vectors(model, examples, selected, pad_id)
     return row_losses(query, keys, valid, tau).sum()
-
-
-class ContrastiveObjective:
-    """The training hook of MuDAF: adds α·L_cl to the answer loss, which finetune scales by
-    ``qa_weight`` = 1 − α."""
-
-    def __init__(self, selected, alpha: float, tau: float, negatives: int):
-        if not selected:
-            raise ValueError("selected: the contrastive objective needs at least one head")
-        self.selected = [[int(layer), int(h)] for layer, h in selected]
-        self.alpha, self.tau, self.negatives = alpha, tau, negatives
-        self.qa_weight = 1.0 - alpha
-
-    def backward(
-        self, model, tok, records: list[Record], seed: int, step: int, micro_batch_size: int
-    ) -> tuple[float, dict[str, float]]:
-        """Accumulate the gradient of α·L_cl (L_cl: mean over the records that have a positive
-        and a negative) over micro-batches of records; return (α·L_cl, {"cl_loss": L_cl})."""
-        examples = contrastive_examples(tok, records, self.negatives, seed, step)
-        n = sum(e is not None for e in examples)
-        if n == 0:
-            return 0.0, {"cl_loss": 0.0}
-        total = 0.0
-        for i in range(0, len(examples), micro_batch_size):
-            chunk = [e for e in examples[i : i + micro_batch_size] if e is not None]
-            if not chunk:
-                continue
-            loss = contrastive_loss_sum(model, chunk, self.selected, self.tau, tok.pad_token_id)
-            (loss * (self.alpha / n)).backward()
-            total += loss.item()
-        return self.alpha * total / n, {"cl_loss": total / n}

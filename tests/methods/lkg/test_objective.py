@@ -4,7 +4,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.methods.lkg_helpers import (
+from tests.methods.lkg.helpers import (
     LORA,
     attached_lkg,
     batch_of,
@@ -12,16 +12,12 @@ from tests.methods.lkg_helpers import (
 )
 from zoomattn.data.build import load_split
 from zoomattn.data.tasks import multihop, single_doc
-from zoomattn.methods import METHODS
+from zoomattn.methods import METHODS, ResolveContext, StepBatch
 from zoomattn.methods.lkg.model import lkg_module
 from zoomattn.methods.lkg.objective import LkgObjective, golden_top1
+from zoomattn.methods.loading import build_trainable, load_finetuned
 from zoomattn.modeling.boundary import add_boundary_tokens, has_boundary_tokens
-from zoomattn.modeling.loading import (
-    build_trainable,
-    load_finetuned,
-    load_tokenizer,
-    save_finetuned,
-)
+from zoomattn.modeling.loading import load_tokenizer, save_finetuned
 from zoomattn.stages.common import load_model
 from zoomattn.training.batching import encode_example
 from zoomattn.training.finetune import finetune
@@ -30,20 +26,25 @@ from zoomattn.training.finetune import finetune
 
 
 def _resolved(base_dir, **values):
-    return METHODS["lkg"].resolve(
-        values, LORA, middle_heads=[[1, 0], [2, 3]], tokenizer=load_tokenizer(base_dir)
-    )
+    context = ResolveContext(middle_heads=[[1, 0], [2, 3]], tokenizer=load_tokenizer(base_dir))
+    return METHODS["lkg"].resolve(values, LORA, context)
+
+
+def _cfg(cell):
+    """The typed method config the finetune stage hands the trainer."""
+    return METHODS[cell["method"]].make_config(cell["method_config"])
 
 
 def test_saved_model_reloads_to_identical_logits(base_dir, tmp_path, sampler):
     values = _resolved(base_dir)
-    model = build_trainable(base_dir, "lkg", values, LORA, None).eval()
+    cfg = METHODS["lkg"].make_config(values)
+    model = build_trainable(base_dir, "lkg", cfg, LORA, None).eval()
     with torch.no_grad():
         for p in model.parameters():
             if p.requires_grad:
                 p.add_(torch.randn_like(p) * 0.1)
     tok = load_tokenizer(base_dir)
-    METHODS["lkg"].prepare_tokenizer(tok, values)
+    assert METHODS["lkg"].prepare_tokenizer(tok, cfg)
     batch = batch_of(tok, [single_doc(sampler, 0.75), multihop(sampler, 0.5)])
     with torch.no_grad():
         want = model(**batch).logits
@@ -91,11 +92,10 @@ def test_micro_batches_give_the_full_batch_answer_gradient(base_tok, tok, sample
     runs = []
     for micro in (3, 1):
         model = attached_lkg(base_tok, tok, fusion_heads="all", aux_weight=0.0).train()
-        qa, metrics = LkgObjective(cfg).backward_batch(
-            model, tok, records, examples, tok.pad_token_id, micro
-        )
+        batch = StepBatch(records, examples, tok.pad_token_id, micro, seed=0, step=0)
+        metrics = LkgObjective(cfg).step(model, tok, batch)
         grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-        runs.append((qa, metrics, grads))
+        runs.append((metrics["qa_loss"], metrics, grads))
     (qa_a, m_a, g_a), (qa_b, m_b, g_b) = runs
     assert qa_a == pytest.approx(qa_b, rel=1e-5) and m_a.keys() == m_b.keys()
     assert set(m_a) == {
@@ -144,7 +144,7 @@ def test_lkg_finetune_saves_its_tokenizer_and_resumes_to_the_same_weights(
     logged = []
     cell = _cell(base_dir)
     exported = {**cell, "finetune": {**cell["finetune"], "export_merged": True}}
-    finetune(exported, train_dir, base_dir, tmp_path / "a", tmp_path / "ckpt_a", 1,
+    finetune(exported, _cfg(exported), train_dir, base_dir, tmp_path / "a", tmp_path / "ckpt_a", 1,
              lambda m, s: logged.append(m))  # fmt: skip
     assert len(logged) == 6
     assert all(m["train_loss"] > 0 and 0 <= m["golden_top1"] <= 1 for m in logged)
@@ -157,8 +157,17 @@ def test_lkg_finetune_saves_its_tokenizer_and_resumes_to_the_same_weights(
             raise Killed
 
     with pytest.raises(Killed):
-        finetune(cell, train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt_b", 1, die_at_step_5)
-    finetune(cell, train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt_b", threads=1)
+        finetune(
+            cell,
+            _cfg(cell),
+            train_dir,
+            base_dir,
+            tmp_path / "b",
+            tmp_path / "ckpt_b",
+            1,
+            die_at_step_5,
+        )
+    finetune(cell, _cfg(cell), train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt_b", threads=1)
     for name in ("adapter_model.safetensors", "zoom_modules.safetensors"):
         a, b = load_file(tmp_path / "a" / name), load_file(tmp_path / "b" / name)
         assert a.keys() == b.keys()

@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from tests.methods.lkg_helpers import (
+from tests.methods.lkg.helpers import (
     LORA,
     attached_lkg,
     batch_of,
@@ -12,13 +12,11 @@ from tests.methods.lkg_helpers import (
 from zoomattn.attention.interface import recording_last_row
 from zoomattn.data.tasks import multihop, single_doc
 from zoomattn.data.tokenizer import build_tokenizer
-from zoomattn.methods import METHODS, cells
+from zoomattn.methods import METHODS, ResolveContext, cells
 from zoomattn.methods.lkg.config import LkgConfig
 from zoomattn.methods.lkg.model import LkgLayerAttention, lkg_module
 from zoomattn.modeling.boundary import add_boundary_tokens, has_boundary_tokens
-from zoomattn.modeling.loading import (
-    zoom_state,
-)
+from zoomattn.modeling.loading import zoom_state
 
 # --- config -------------------------------------------------------------------------------
 
@@ -50,10 +48,12 @@ def test_config_rejects_a_bad_value_naming_its_key(key, bad):
 def test_resolved_fills_heads_and_marker_ids_and_keeps_a_saved_models_values(base_tok):
     fresh = build_tokenizer(base_tok.get_vocab().keys())
     n = len(fresh)
-    values = METHODS["lkg"].resolve({}, LORA, middle_heads=[(1, 3)], tokenizer=fresh)
+    values = METHODS["lkg"].resolve(
+        {}, LORA, ResolveContext(middle_heads=[(1, 3)], tokenizer=fresh)
+    )
     assert values["middle_heads"] == [[1, 3]]
     assert values["boundary_ids"] == [n, n + 1, n + 2, n + 3] and has_boundary_tokens(fresh)
-    again = METHODS["lkg"].resolve(values, LORA, middle_heads=[(0, 0)], tokenizer=None)
+    again = METHODS["lkg"].resolve(values, LORA, ResolveContext(middle_heads=[(0, 0)]))
     assert again == values  # a saved model keeps its heads and ids
     json.dumps(values)  # stored in method.json
 
@@ -170,7 +170,7 @@ def test_passages_are_blocked_from_each_other_in_the_estimator_and_the_fused_hea
 
 
 def _segments(tok, batch):
-    from zoomattn.attention.relevance import Boundary, segment_ids
+    from zoomattn.methods.lkg.kernel import Boundary, segment_ids
 
     return segment_ids(batch["input_ids"], Boundary(*add_boundary_tokens(tok))).tolist()
 

@@ -1,18 +1,11 @@
-import math
-import random
-
 import pytest
 import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+from tests.methods.mudaf.conftest import SELECTED
 from tests.modeling.family_tokenizers import family_tokenizer
 from zoomattn.attention.interface import capturing_qk
-from zoomattn.data import tasks
-from zoomattn.data.world import FactSampler
-from zoomattn.modeling.chat import FAMILIES
-from zoomattn.modeling.loading import load_base
-from zoomattn.training.contrastive import (
-    ContrastiveObjective,
+from zoomattn.methods.mudaf.loss import (
     anchor_ids,
     contrastive_examples,
     contrastive_loss_sum,
@@ -20,19 +13,7 @@ from zoomattn.training.contrastive import (
     info_nce,
     passage_ids,
 )
-
-SELECTED = [[1, 0], [1, 3], [2, 1]]  # 4 query heads, 2 KV heads: heads 0, 1 -> KV 0, head 3 -> KV 1
-
-
-@pytest.fixture
-def records(world):
-    s = FactSampler(world, random.Random(0))
-    return [tasks.distractor_qa(s, "multihop", 4) for _ in range(3)]
-
-
-@pytest.fixture
-def model(base_dir):
-    return load_base(base_dir).eval()
+from zoomattn.modeling.chat import FAMILIES
 
 
 def test_info_nce_matches_a_hand_computed_case():
@@ -122,8 +103,6 @@ def test_records_without_golden_or_without_negatives_contribute_nothing(tokenize
     assert loss.item() == 0.0
     loss.backward()  # backprops cleanly, to nothing
     assert all(p.grad is None for p in model.parameters())
-    objective = ContrastiveObjective(SELECTED, 0.7, 0.05, 10)
-    assert objective.backward(model, tokenizer, [no_golden], 0, 0, 4) == (0.0, {"cl_loss": 0.0})
 
 
 def _post_rope(model, ids: list[int], layer: int):
@@ -183,71 +162,3 @@ def test_unknown_heads_are_refused(tokenizer, records, model):
         head_vectors(model, examples, [[0, 4]], tokenizer.pad_token_id)
     with pytest.raises(ValueError, match="selected: layer 4"):
         head_vectors(model, examples, [[4, 0]], tokenizer.pad_token_id)
-
-
-@pytest.mark.parametrize("micro", [1, 2])
-def test_micro_batches_accumulate_the_full_batch_contrastive_gradient(
-    tokenizer, records, model, micro
-):
-    recs = [*records, {**records[0], "golden": []}]  # a record that contributes nothing
-    objective = ContrastiveObjective(SELECTED, 0.7, 0.05, 3)
-    grads, losses = [], []
-    for m in (len(recs), micro):
-        losses.append(objective.backward(model, tokenizer, recs, 0, 3, m))
-        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
-        model.zero_grad(set_to_none=True)
-    (term, metrics), (term_m, metrics_m) = losses
-    assert term == pytest.approx(0.7 * metrics["cl_loss"]) and metrics["cl_loss"] > 0
-    assert term_m == pytest.approx(term, rel=1e-5)
-    assert len(grads[0]) == len(grads[1]) > 0
-    for full, accumulated in zip(*grads, strict=True):
-        torch.testing.assert_close(
-            accumulated, full, rtol=1e-4, atol=1e-5 * full.abs().max().item()
-        )
-
-
-def test_contrastive_gradient_reaches_the_selected_layers_and_no_later_one(
-    tokenizer, records, model
-):
-    ContrastiveObjective([[1, 3]], 0.7, 0.05, 3).backward(model, tokenizer, records, 0, 0, 8)
-    grads = {n: p.grad for n, p in model.named_parameters()}
-    assert grads["model.layers.1.self_attn.q_proj.weight"].abs().sum() > 0
-    assert grads["model.layers.1.self_attn.k_proj.weight"].abs().sum() > 0
-    assert grads["model.layers.0.mlp.down_proj.weight"].abs().sum() > 0  # earlier layers feed it
-    later = [n for n in grads if n.startswith(("model.layers.2.", "model.layers.3.", "model.norm"))]
-    assert later and all(grads[n] is None or not grads[n].any() for n in later)
-    assert not math.isnan(sum(g.sum().item() for g in grads.values() if g is not None))
-
-
-def test_gradient_checkpointing_gives_the_same_contrastive_gradient(tokenizer, records, base_dir):
-    objective = ContrastiveObjective(SELECTED, 0.7, 0.05, 3)
-    grads = []
-    for checkpointing in (False, True):
-        model = load_base(base_dir).train()
-        if checkpointing:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
-        objective.backward(model, tokenizer, records, 0, 0, 2)
-        grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
-    assert grads[0].keys() == grads[1].keys()
-    for name in grads[0]:
-        torch.testing.assert_close(grads[1][name], grads[0][name])
-
-
-def test_contrastive_gradient_reaches_lora_through_the_peft_wrapper(tokenizer, records, base_dir):
-    from zoomattn.modeling.loading import build_trainable
-
-    lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
-    nf4 = {
-        "load_in_4bit": True,
-        "quant_type": "nf4",
-        "double_quant": True,
-        "compute_dtype": "float32",
-    }
-    values = {"heads": 1, "selected": [[1, 3]], "tuning": "lora"}
-    model = build_trainable(base_dir, "mudaf", values, lora, nf4)
-    ContrastiveObjective([[1, 3]], 0.7, 0.05, 3).backward(model, tokenizer, records, 0, 0, 4)
-    grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
-    assert grads["base_model.model.model.layers.1.self_attn.q_proj.lora_B.default.weight"].any()
-    assert not any(g is not None and g.any() for n, g in grads.items() if ".layers.3." in n)
