@@ -5,7 +5,7 @@ import ast
 
 import pytest
 
-from zoomattn.config import PACKAGE
+from zoomattn.code_hash import PACKAGE
 
 LOWER = ("attention", "data", "modeling")
 HIGHER = ("methods", "stages", "reporting")

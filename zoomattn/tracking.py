@@ -1,8 +1,9 @@
 """MLflow: one experiment per preset, a parent run per snakemake invocation, a child run per job.
 
 The store (default ``sqlite:///<results>/mlflow.db``; ``MLFLOW_TRACKING_URI`` overrides) and the
-experiment are created once, before jobs fan out (FACTS.md: creating either from many processes at
-once loses runs). The parent run id and experiment id reach the jobs through the environment.
+experiment are created once, before jobs fan out (docs/notes.md §3: creating either from many
+processes at once loses runs). The parent run id and experiment id reach the jobs through the
+environment.
 
 Every run names the process it lives in (host, pid, the pid's start time): a new invocation closes,
 as KILLED, the RUNNING runs whose process is gone (a ``kill -9``, a lost node), so that the store

@@ -219,7 +219,7 @@ def test_retrieved_examples_reject_a_share_outside_zero_one(world):
     ],
 )
 def test_noisy_examples_hold_the_noise_ratios_document_count(world, family, ratio, documents):
-    # GRID.md §0: round(n_golden / (1 - r)) documents in all, the golden ones among them
+    # docs/papers.md §0: round(n_golden / (1 - r)) documents in all, the golden ones among them
     records = tasks.noisy_examples(world, "set", family, 6, ratio, seed=1)
     golden = 2 if family == "multihop" else 1
     assert {len(r["documents"]) for r in records} == {documents}

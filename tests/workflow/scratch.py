@@ -72,15 +72,16 @@ ANALYSES = [
     "evaluate",
     "finetune",
     "head_masking",
-    "mudaf_report",
+    "report[mudaf]",
     "head_patterns",
-    "lkg_report",
-    "leaderboard_report",  # the cross-method report reads every evaluation and head analysis
+    "report[lkg]",
+    "report[leaderboard]",  # the cross-method report reads every evaluation and head analysis
 ]
 
 
 def planned_jobs(workdir: Path, *args: str) -> list[tuple[str, dict]]:
-    """(rule, wildcards) of every job a dry run would execute."""
+    """(rule, wildcards) of every job a dry run would execute; a report job (one rule for every
+    study) as ``("report[<study>]", {})``."""
     out = snakemake(workdir, "-n", *SMOKE, *args).stdout
     jobs = []
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
@@ -89,5 +90,8 @@ def planned_jobs(workdir: Path, *args: str) -> list[tuple[str, dict]]:
             continue
         w = re.search(r"wildcards: (.*)", block)
         wildcards = dict(kv.split("=", 1) for kv in w.group(1).split(", ")) if w else {}
-        jobs.append((m.group(1), wildcards))
+        rule = m.group(1)
+        if rule == "report":
+            rule, wildcards = f"report[{wildcards['study']}]", {}
+        jobs.append((rule, wildcards))
     return jobs

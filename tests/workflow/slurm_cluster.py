@@ -1,7 +1,7 @@
 """A real one-node Slurm cluster for tests: Debian's slurm-wlm (22.05) and munge, no systemd.
 
 Installed with apt when missing (root needed), configured without cgroups or accounting
-(FACTS.md), started in the foreground as child processes and stopped by PID afterwards. The
+(docs/notes.md §4), started in the foreground as child processes and stopped by PID afterwards. The
 config goes to the default path, /etc/slurm/slurm.conf: the executor plugin's job step drops
 every ``SLURM_*`` variable (``SLURM_CONF`` too) before its inner ``srun``, which then only finds
 the default file. A config there that this module did not write is never overwritten.

@@ -37,7 +37,8 @@ def test_a_model_an_interrupted_run_removed_is_rebuilt_with_everything_that_read
     jobs = planned_jobs(wd)
     assert ("finetune", {"trained": MODEL}) in jobs
     assert {r for r, w in jobs if w.get("model") == MODEL} == READERS
-    assert {"report", "mudaf_report", "lkg_report", "leaderboard_report"} <= {r for r, _ in jobs}
+    reports = {f"report[{s}]" for s in ("opamp", "mudaf", "lkg", "leaderboard")}
+    assert reports <= {r for r, _ in jobs}
 
     snakemake(wd, "-j", "2", *SMOKE)
     assert (models / MODEL / "metrics.json").is_file() and not partial.exists()
@@ -51,6 +52,6 @@ def test_an_evaluation_an_interrupted_run_removed_is_rebuilt_with_the_reports_re
     jobs = planned_jobs(wd)
     evaluation = {"model": MODEL, "benchmark": "coqa_like", "split": "r0"}
     assert sorted(jobs, key=str) == sorted(
-        [("evaluate", evaluation), ("report", {}), ("leaderboard_report", {}), ("all", {})],
+        [("evaluate", evaluation), ("report[opamp]", {}), ("report[leaderboard]", {}), ("all", {})],
         key=str,
     )

@@ -59,13 +59,14 @@ def test_dry_run_lists_every_job_with_gpus_for_training_and_evaluation(tmp_path,
     if lkg:
         rob = lkg["robustness"]
         n_robust = len(rob["passages"]) + len(rob["irrelevant"]["shares"])
-        assert len(jobs["head_patterns"]) == n_models and len(jobs["lkg_report"]) == 1
+        assert len(jobs["head_patterns"]) == n_models
     n_study_sets = (2 * len(rect["benchmarks"]) if rect else 0) + (
         len(mudaf["benchmarks"]) if mudaf else 0
     )
     n_study_sets += len(lkg["benchmarks"]) + n_robust if lkg else 0
     assert n_study_sets == (16 + 5 + 17 if rect else 0)
     assert len(jobs["finetune"]) == n_runs + n_rect + n_mudaf + n_lkg
+    assert len(jobs["report"]) == 1 + sum(map(bool, (rect, mudaf, lkg)))  # one per study
     n_rect_evals = (n_rect + 2) * len(rect["benchmarks"]) if rect else 0
     n_mudaf_evals = (n_mudaf + 1) * len(mudaf["benchmarks"]) if mudaf else 0
     n_lkg_evals = (n_lkg + 1) * len(lkg["benchmarks"]) + len(rob["models"]) * n_robust if lkg else 0

@@ -202,7 +202,7 @@ def test_landing_page_lists_each_rule_once_and_each_opens_its_panel(browser, rep
     links = page.driver.find_elements(By.CSS_SELECTOR, "table.zoomattn-rules a")
     rules = [a.text for a in links]
     assert len(rules) == len(set(rules)), rules
-    assert {"world", "finetune", "evaluate", "leaderboard_report"} <= set(rules)
+    assert {"world", "finetune", "evaluate", "report"} <= set(rules)
     assert not page.driver.find_element(By.ID, "rulegraph").is_displayed()
     for i, rule in enumerate(rules):
         page.driver.find_elements(By.CSS_SELECTOR, "table.zoomattn-rules a")[i].click()

@@ -85,7 +85,7 @@ def test_changing_one_k_reruns_only_that_k_its_evaluations_and_the_report(workdi
     override.write_text(yaml.safe_dump(raw))
     jobs = planned_jobs(workdir, "--configfile", str(override))
     rules = sorted({r for r, _ in jobs})
-    assert rules == sorted([*ANALYSES, "attention", "report", "retrieval_heads"])
+    assert rules == sorted([*ANALYSES, "attention", "report[opamp]", "retrieval_heads"])
     touched = {w.get("trained") or w.get("model") for r, w in jobs if w}
     assert touched == {"opamp-K5_s0"}
 
@@ -100,7 +100,7 @@ def test_editing_one_methods_source_reruns_only_that_methods_jobs(workdir):
         source.write_text(original)
     models = {w.get("model") or w["trained"] for r, w in jobs if w}
     assert models and all(m.startswith(("opamp-", "leaderboard/opamp_")) for m in models)
-    assert {r for r, _ in jobs} == {*ANALYSES, "attention", "report", "retrieval_heads"}
+    assert {r for r, _ in jobs} == {*ANALYSES, "attention", "report[opamp]", "retrieval_heads"}
 
 
 def test_changing_the_world_seed_reruns_everything(workdir):
@@ -122,12 +122,12 @@ def test_changing_the_world_seed_reruns_everything(workdir):
     assert (
         counts["evaluate"] == len(grid.evaluations) == 4 * 3 + 2 + 6 + 4 + 4 + 3 + 2 * (1 + board)
     )
-    assert counts["score_margin"] == 1 and counts["rect_report"] == 1
+    assert counts["score_margin"] == 1 and counts["report[rectification]"] == 1
     assert counts["retrieval_heads"] == 1 + len(grid.models)
     assert counts["head_masking"] == 1 + len(grid.models) - board  # the studies' models
-    assert counts["select_heads"] == 2 + 2 and counts["mudaf_report"] == 1
-    assert counts["head_patterns"] == 1 + len(grid.models) and counts["lkg_report"] == 1
-    assert counts["leaderboard_report"] == 1
+    assert counts["select_heads"] == 2 + 2 and counts["report[mudaf]"] == 1
+    assert counts["head_patterns"] == 1 + len(grid.models) and counts["report[lkg]"] == 1
+    assert counts["report[leaderboard]"] == counts["report[opamp]"] == 1
 
 
 def test_invalid_config_stops_before_any_job_naming_the_key(workdir, tmp_path):
@@ -221,7 +221,7 @@ def test_changing_one_xi_reruns_only_that_xis_jobs_and_the_rectification_report(
     override.write_text(yaml.safe_dump(raw))
     jobs = planned_jobs(workdir, "--configfile", str(override))
     assert sorted({r for r, _ in jobs}) == sorted(
-        [*ANALYSES, "attention", "rect_report", "retrieval_heads"]
+        [*ANALYSES, "attention", "report[rectification]", "retrieval_heads"]
     )
     touched = {w.get("trained") or w.get("model") for r, w in jobs if w}
     assert touched == {

@@ -149,9 +149,9 @@ def test_changing_one_leaderboard_entry_reruns_only_its_jobs_and_the_reports(wor
             "attention",
             "head_patterns",
             "retrieval_heads",
-            "lkg_report",
-            "mudaf_report",
-            "leaderboard_report",
+            "report[lkg]",
+            "report[mudaf]",
+            "report[leaderboard]",
         ]
     )
     touched = {w.get("trained") or w.get("model") for r, w in jobs if w}

@@ -223,7 +223,7 @@ FAITHEVAL_SUBSETS: dict[str, Callable[[FactSampler], Record]] = {
 
 
 def distractor_qa(s: FactSampler, family: str, n_distractors: int) -> Record:
-    """Attention rectification's protocol (GRID.md §2): the golden documents plus exactly
+    """Attention rectification's protocol (docs/papers.md §2): the golden documents plus exactly
     ``n_distractors`` hard distractors, shuffled. single: hard negatives only; multihop: the
     distractor friendships and facts of ``multihop``."""
     if family == "single":
@@ -235,7 +235,7 @@ def distractor_qa(s: FactSampler, family: str, n_distractors: int) -> Record:
 
 def noisy_qa(s: FactSampler, family: str, noise_ratio: float) -> Record:
     """The leaderboard's protocol: ``distractor_qa``'s hard distractors, as many as the noise
-    ratio asks (GRID.md §0: round(n_golden/(1-r)) - n_golden)."""
+    ratio asks (docs/papers.md §0: round(n_golden/(1-r)) - n_golden)."""
     n_golden = 2 if family == "multihop" else 1
     return distractor_qa(s, family, noise_doc_count(noise_ratio, n_golden))
 

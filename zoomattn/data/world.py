@@ -1,7 +1,7 @@
 """A seeded synthetic world: entities, attributes and the documents that state their facts.
 
-Facts are re-sampled for every example (see FACTS.md: a fixed world is memorised, not read), so the
-documents in the context are the only source of an answer. The exception is a small set of
+Facts are re-sampled for every example (docs/notes.md §1: a fixed world is memorised, not read), so
+the documents in the context are the only source of an answer. The exception is a small set of
 *famous* entities whose canonical facts appear in the pretraining corpus as plain text; the
 FaithEval-like counterfactual subset contradicts them.
 """
@@ -228,7 +228,7 @@ class World:
 
 
 def noise_doc_count(noise_ratio: float, n_golden: int = 1) -> int:
-    """Noise documents for a noise ratio r: round(n_golden/(1-r)) - n_golden (GRID.md §0)."""
+    """Noise documents for a noise ratio r: round(n_golden/(1-r)) - n_golden (docs/papers.md §0)."""
     if not 0.0 <= noise_ratio < 1.0:
         raise ValueError(f"noise ratio must lie in [0, 1), got {noise_ratio}")
     return round(n_golden / (1.0 - noise_ratio)) - n_golden

@@ -1,4 +1,4 @@
-"""Answer metrics as GRID.md §0 defines them, and a bootstrap interval for their mean.
+"""Answer metrics as docs/papers.md §0 defines them, and a bootstrap interval for their mean.
 
 EM (OpAmp): the normalised prediction equals a normalised gold answer. PM: LongBench's token F1.
 contains (rectification's EM): the prediction contains a gold answer; str_em: the share of gold

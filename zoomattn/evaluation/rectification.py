@@ -1,5 +1,5 @@
-"""The rectification paper's score margin (GRID.md §2; its answer-token attention gap, Fig. 3,
-lives with the golden share in ``attention_share``).
+"""The rectification paper's score margin (docs/papers.md §2; its answer-token attention gap, Fig.
+3, lives with the golden share in ``attention_share``).
 
 Score margin (Fig. 5): per layer, head and example, the p90 − p10 spread of
 the last prompt token's pre-softmax scores over the keys it sees; ``xi: auto`` is half the median

@@ -1,7 +1,7 @@
 """Pretraining the tiny base model from scratch on the synthetic world, with a curriculum.
 
-FACTS.md: with facts re-sampled per sequence the model first sits on a plateau (a well-typed but
-fixed answer) until copying from the context emerges. Phase ``copy`` trains on short, noise-free
+docs/notes.md §2: with facts re-sampled per sequence the model first sits on a plateau (a well-typed
+but fixed answer) until copying from the context emerges. Phase ``copy`` trains on short, noise-free
 multi-question sequences until teacher-forced EM at noise 0 reaches a target; phase ``mix`` then
 adds plain documents (the famous entities' canonical facts), closed-book questions and noise.
 """

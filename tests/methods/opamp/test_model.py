@@ -95,7 +95,7 @@ def test_zero_initialised_adapters_leave_attention_unchanged():
 
 @pytest.mark.parametrize("K", [1, 10, 20])
 def test_opamp_model_logits_equal_base_logits_at_initialisation(base_dir, K):
-    """GRID.md Eq. 14: with W₂ = 0, M̄ = M, so the adapted model is the base model."""
+    """docs/papers.md §1, Eq. 14: with W₂ = 0, M̄ = M, so the adapted model is the base model."""
     ids = torch.tensor([[1, 5, 9, 12, 7, 30, 4, 8], [0, 0, 0, 3, 14, 15, 9, 2]])
     mask = torch.tensor([[1] * 8, [0, 0, 0, 1, 1, 1, 1, 1]])
     reference = AutoModelForCausalLM.from_pretrained(base_dir, attn_implementation="sdpa").eval()

@@ -1,4 +1,4 @@
-"""Conversational RAG and faithfulness benchmarks of OpAmp (GRID.md §1, Table 8 and Table 5).
+"""Conversational RAG and faithfulness benchmarks of OpAmp (docs/papers.md §1, Table 8 and Table 5).
 
 - ``chatrag`` (chat_faith_chatrag.py): ChatRAG-Bench coqa / quac / qrecc, noise-augmented.
 - ``faitheval_unanswerable`` / ``faitheval_inconsistent`` / ``faitheval_counterfactual``

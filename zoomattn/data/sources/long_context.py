@@ -1,7 +1,7 @@
 """Long-context benchmarks: LongBench and ZeroSCROLLS (this module), LooGLE
 (long_context_loogle.py), NarrativeQA and QuALITY (long_context_stories.py), MultiHop-RAG
 (long_context_rag.py); helpers in long_context_util.py. Formats:
-docs/datasets/long_context.md; use: GRID.md §1 (OpAmp) and §3 (MuDAF).
+docs/datasets/long_context.md; use: docs/papers.md §1 (OpAmp) and §3 (MuDAF).
 
 LongBench, ZeroSCROLLS, LooGLE, NarrativeQA and QuALITY read the dataset's own context, in
 reading order: a multi-document context split into its passages, a single long document cut

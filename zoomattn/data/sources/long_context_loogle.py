@@ -1,6 +1,6 @@
 """LooGLE: QA over one long document (an arXiv paper or a Wikipedia article), chunked, with the
 chunks holding the pair's evidence as golden. Format: docs/datasets/long_context.md §2; use:
-GRID.md §1 (OpAmp Table 8).
+docs/papers.md §1 (OpAmp Table 8).
 """
 
 from __future__ import annotations

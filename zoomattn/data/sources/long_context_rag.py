@@ -1,5 +1,6 @@
 """MultiHop-RAG: news queries whose evidence spans 2-4 articles, with noise chunks drawn from the
-rest of the corpus. Format: docs/datasets/long_context.md §5; use: GRID.md §1 (OpAmp Table 8).
+rest of the corpus. Format: docs/datasets/long_context.md §5; use: docs/papers.md §1
+(OpAmp Table 8).
 """
 
 from __future__ import annotations

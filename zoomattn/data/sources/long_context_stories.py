@@ -1,5 +1,5 @@
 """NarrativeQA and QuALITY (hard): a question about one long story or article, chunked in reading
-order. Formats: docs/datasets/long_context.md §3-4; use: GRID.md §1 (OpAmp Table 8).
+order. Formats: docs/datasets/long_context.md §3-4; use: docs/papers.md §1 (OpAmp Table 8).
 
 Neither dataset marks where in the story the answer lies: golden is [] and nothing is injected
 (``noise_ratio`` accepted only as 0.0; a record's noise_ratio is 0.0, meaning unknown).

@@ -5,7 +5,7 @@ relevant or irrelevant chunks as noise"), applied to a context already cut into 
 
 - the golden chunks are kept;
 - a noise ratio r is fixed or drawn per record (``"uniform"``: ``rng.uniform(0, max_noise)``);
-  the record gets ``noise_count(r, n_golden)`` noise chunks (GRID.md §0);
+  the record gets ``noise_count(r, n_golden)`` noise chunks (docs/papers.md §0);
 - relevant noise comes first: the context's own chunks not marked golden (same document);
 - irrelevant noise tops it up when the context has too few: chunks of OTHER contexts (never one
   from a record with the same context text), so the share matches r as closely as the available

@@ -1,7 +1,7 @@
 """Open-domain QA datasets of the attention-rectification, MuDAF and LKG-RALM papers.
 
 =================  =========================================  ===================================
-builder            what it reads                              paper (GRID.md)
+builder            what it reads                              paper (docs/papers.md)
 =================  =========================================  ===================================
 dpr_nq             DPR retriever results ``nq-{split}.json``  rectification (§2)
 dpr_triviaqa       the same, ``trivia-{split}.json``          rectification (§2)

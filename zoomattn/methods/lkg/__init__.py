@@ -1,4 +1,5 @@
-"""LKG-RALM (GRID.md §4): a layer-wise passage estimator guides attention to relevant passages."""
+"""LKG-RALM (docs/papers.md §4): a layer-wise passage estimator guides attention to relevant
+passages."""
 
 from zoomattn.methods.lkg.config import LkgConfig
 from zoomattn.methods.protocol import Method, ResolveContext

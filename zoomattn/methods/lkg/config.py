@@ -19,8 +19,8 @@ def _is_number(v) -> bool:
 
 @dataclass(frozen=True)
 class LkgConfig:
-    """LKG-RALM (GRID.md §4, paper §4): a layer-wise passage estimator guides the attention of the
-    base's middle-focused heads to relevant passages.
+    """LKG-RALM (docs/papers.md §4, paper §4): a layer-wise passage estimator guides the attention
+    of the base's middle-focused heads to relevant passages.
 
     ``estimator``: ``layerwise`` (the paper) or ``reranker`` (ablation w/o LPR: α from the
     normalised ``reranker`` scores at every layer, no estimator pass, no auxiliary losses).

@@ -1,4 +1,4 @@
-"""LKG-RALM's attention kernel (GRID.md §4): segments, the estimator's blocked mask, fusion.
+"""LKG-RALM's attention kernel (docs/papers.md §4): segments, the estimator's blocked mask, fusion.
 
 Segments. Every token gets a code from the four boundary markers (``Boundary``): passage index
 k ≥ 0 from the k-th ``[d]`` through its ``[e_i]``; ``QUESTION`` from ``[q]`` through ``[e_q]``;

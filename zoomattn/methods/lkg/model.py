@@ -1,4 +1,5 @@
-"""LKG-RALM (GRID.md §4, paper §4): boundary embeddings, estimator pass, relevance-guided fusion.
+"""LKG-RALM (docs/papers.md §4, paper §4): boundary embeddings, estimator pass, relevance-guided
+fusion.
 
 ``attach`` hangs one ``LkgModule`` at the decoder's ``zoom`` (the trainable boundary embeddings
 and the ``PassageEstimator``; saved with the other ``.zoom.`` parameters) and an

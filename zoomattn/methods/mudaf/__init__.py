@@ -1,4 +1,5 @@
-"""MuDAF (GRID.md §3): the base's own attention, trained with a contrastive loss on chosen heads."""
+"""MuDAF (docs/papers.md §3): the base's own attention, trained with a contrastive loss on chosen
+heads."""
 
 from zoomattn.methods.mudaf.config import MudafConfig
 from zoomattn.methods.protocol import Method, ResolveContext

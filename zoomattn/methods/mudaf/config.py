@@ -16,7 +16,7 @@ def _is_number(v) -> bool:
 
 @dataclass(frozen=True)
 class MudafConfig:
-    """MuDAF (GRID.md §3): CLM plus a contrastive loss on the attention of chosen heads.
+    """MuDAF (docs/papers.md §3): CLM plus a contrastive loss on the attention of chosen heads.
 
     ``heads`` target heads (0: Vanilla-SFT, no contrastive term) are chosen by their retrieval
     score (``selection``: ``weighted`` = the paper's weighted random draw with ``temperature``,

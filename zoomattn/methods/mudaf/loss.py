@@ -1,4 +1,4 @@
-"""MuDAF's contrastive loss (paper §3.2 and §4.2, GRID.md §3).
+"""MuDAF's contrastive loss (paper §3.2 and §4.2, docs/papers.md §3).
 
 For each record: the query is the post-RoPE query of every selected head at the last token of the
 question anchor (the record's prompt without documents, run as its own forward pass); the keys are

@@ -1,4 +1,4 @@
-"""Choosing MuDAF's target heads from their retrieval scores (paper §4.2, GRID.md §3).
+"""Choosing MuDAF's target heads from their retrieval scores (paper §4.2, docs/papers.md §3).
 
 ``scores[layer][head]`` is a head's retrieval score (mean F1 over questions). ``weighted`` is the
 paper's strategy: heads drawn one after another without replacement, each with probability

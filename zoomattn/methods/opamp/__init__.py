@@ -1,4 +1,5 @@
-"""OpAmp adaptation (GRID.md §1): two adapted attentions, common- and differential-mode gain."""
+"""OpAmp adaptation (docs/papers.md §1): two adapted attentions, common- and differential-mode
+gain."""
 
 from zoomattn.methods.opamp.config import OpAmpConfig
 from zoomattn.methods.protocol import Method, ResolveContext

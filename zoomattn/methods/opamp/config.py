@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class OpAmpConfig:
-    """OpAmp adaptation (GRID.md §1). K is the CMRR A_d/A_c; math.inf is the differential limit."""
+    """OpAmp adaptation (docs/papers.md §1). K is the CMRR A_d/A_c; math.inf is the differential
+    limit."""
 
     K: float
     adapter_dim: int = 64

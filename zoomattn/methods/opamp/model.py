@@ -1,4 +1,4 @@
-"""OpAmp adaptation (GRID.md §1): two adapted attentions, common- and differential-mode gain.
+"""OpAmp adaptation (docs/papers.md §1): two adapted attentions, common- and differential-mode gain.
 
     M̄ = A_d (M⁺ − M⁻) + (A_c/2)(M⁺ + M⁻),  M± = softmax(Q±K±ᵀ/√d),  Q± = E_q±(q), K± = E_k±(k)
 

@@ -1,4 +1,4 @@
-"""Attention rectification (GRID.md §2): g(ξ) on a rank-r update of the attention scores."""
+"""Attention rectification (docs/papers.md §2): g(ξ) on a rank-r update of the attention scores."""
 
 from zoomattn.methods.protocol import Method, ResolveContext
 from zoomattn.methods.rectify.config import RectifyConfig

@@ -7,7 +7,7 @@ G_VARIANTS = ("max", "tanh", "tanh_plus_x", "sigmoid")  # kernel.py: their formu
 
 @dataclass(frozen=True)
 class RectifyConfig:
-    """Attention rectification (GRID.md §2): g(ξ) on a rank-r update of the attention scores.
+    """Attention rectification (docs/papers.md §2): g(ξ) on a rank-r update of the attention scores.
 
     ``xi`` is a number ≥ 0 or ``"auto"`` (half the base model's p90 − p10 score margin, measured
     by the workflow and fixed before training). ``rank``, ``alpha`` and ``dropout`` default to

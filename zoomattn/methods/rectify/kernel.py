@@ -1,4 +1,5 @@
-"""Rectification's attention kernel (GRID.md §2): softmax(q·kᵀ·s + g(u·kᵀ·s) + mask)·v, by blocks.
+"""Rectification's attention kernel (docs/papers.md §2): softmax(q·kᵀ·s + g(u·kᵀ·s) + mask)·v, by
+blocks.
 
 ``u`` is the low-rank query update (``model.py``): at ξ = 0, where g is the identity, the
 scores are ``(q + u)·kᵀ·s``, plain attention on the updated queries, and the fused SDPA kernel

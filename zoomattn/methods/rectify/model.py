@@ -1,4 +1,4 @@
-"""Attention rectification (GRID.md §2): ``score_ij = q_i·k_j·s + g(u_i·k_j·s)``.
+"""Attention rectification (docs/papers.md §2): ``score_ij = q_i·k_j·s + g(u_i·k_j·s)``.
 
 The low-rank ΔW of the paper is built the way LoRA builds an update of ``q_proj``, with the same
 parameters (A ∈ R^{r×hidden} Kaiming-initialised with a = √5, B ∈ R^{(H·d)×r} zero, scaling α/r,

@@ -1,7 +1,7 @@
 """The cross-method report: the leaderboard, the fidelity table with the papers' claims, and the
 attention diagnostics of every model, from the metric files alone (no model is loaded).
 
-``build_report`` is what the ``leaderboard_report`` job runs and what
+``build_report`` is what the leaderboard's ``report`` job runs and what
 ``python -m zoomattn regenerate`` runs on an existing results directory.
 """
 

@@ -1,5 +1,5 @@
-"""The cross-method leaderboard (GRID.md §5): each method's setting and the baselines on one common
-suite and noise axis, at one training budget, over several seeds.
+"""The cross-method leaderboard (docs/papers.md §5): each method's setting and the baselines on one
+common suite and noise axis, at one training budget, over several seeds.
 
 Every cell's interval is the bootstrap over seeds and examples (``bootstrap.mean_ci``). A cell is
 marked against the baseline (↑ / ↓) only when the paired bootstrap interval of the difference

@@ -1,5 +1,5 @@
-"""Published numbers of the LKG-RALM paper (GRID.md §4), exact match ×100 at paper scale, and the
-points of its charts that its text states. The paper: Shi, Chen, Li, Zhao, Zhang, Chen et al.,
+"""Published numbers of the LKG-RALM paper (docs/papers.md §4), exact match ×100 at paper scale, and
+the points of its charts that its text states. The paper: Shi, Chen, Li, Zhao, Zhang, Chen et al.,
 "Making RALM Robust to Irrelevant Contexts via Layer Knowledge Guided Attention" (HKUST, Alibaba
 Group; LLaMA-3.1-8B and -70B backbones).
 

@@ -1,4 +1,4 @@
-"""Building the LKG-RALM report (GRID.md §4) from the metric files alone.
+"""Building the LKG-RALM report (docs/papers.md §4) from the metric files alone.
 
 Table 2 (ablations, ``table2.py``), Fig. 6a/6b (robustness to the passage count and to irrelevant
 passages), Fig. 2 (head-pattern distributions) and the fine-tunes' training metrics: each as CSV +

@@ -1,5 +1,6 @@
-"""Published numbers of the MuDAF paper (GRID.md §3: Llama-3.1-8B, full fine-tuning on HotpotQA
-with hard negatives, LongBench and ZeroSCROLLS, paper scale), and its claims about the charts.
+"""Published numbers of the MuDAF paper (docs/papers.md §3: Llama-3.1-8B, full fine-tuning on
+HotpotQA with hard negatives, LongBench and ZeroSCROLLS, paper scale), and its claims about the
+charts.
 
 Rows of Table 2 are keyed by the paper's model names (our rows: "Vanilla-SFT", "MuDAF-weak",
 "MuDAF"), rows of Table 4 by the head count ("n=0", ...); columns by the paper's benchmarks. Our

@@ -1,4 +1,4 @@
-"""Building the MuDAF report (GRID.md §3) from the metric files alone.
+"""Building the MuDAF report (docs/papers.md §3) from the metric files alone.
 
 Table 2 (Vanilla-SFT / MuDAF-weak / MuDAF), Table 4 (head-count sweep), Fig. 3 (the base's
 retrieval heads), Fig. 4 (head masking), Figs. 5/6 (target heads before/after), App. C (whole-layer

@@ -1,4 +1,4 @@
-"""Published numbers (GRID.md §1: Llama3.1-8B-base fine-tuned on NCFT, paper scale).
+"""Published numbers (docs/papers.md §1: Llama3.1-8B-base fine-tuned on NCFT, paper scale).
 
 Rows are keyed by our run labels ("QLoRA", "K=1", ...); columns by the paper's benchmark names.
 Our synthetic benchmarks are analogues of these, not the same tasks: the report prints the two

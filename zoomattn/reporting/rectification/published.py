@@ -1,4 +1,4 @@
-"""Published numbers of the attention-rectification paper (GRID.md §2: Llama-3.1-8B-Instruct,
+"""Published numbers of the attention-rectification paper (docs/papers.md §2: Llama-3.1-8B-Instruct,
 rank-64 update, gold documents + the first 3 DPR-retrieved non-gold documents, paper scale).
 
 Rows are keyed by our Table 1 row labels ("vanilla" is the base model without fine-tuning, "LoRA",

@@ -1,4 +1,4 @@
-"""Building the attention-rectification report (GRID.md §2) from the metric files alone.
+"""Building the attention-rectification report (docs/papers.md §2) from the metric files alone.
 
 Table 1 (ξ sweep × benchmark × query placement), Fig. 3 (answer-token attention gap), Fig. 4 (g
 variants at one ξ) and Fig. 5 (the base model's score margin): each as CSV + Markdown and PNG,
