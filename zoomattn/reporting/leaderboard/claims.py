@@ -178,8 +178,8 @@ def _opamp_claims(spec: dict, predictions: dict) -> list[Claim]:
 
 
 def _rect_claims(spec: dict, predictions: dict) -> list[Claim]:
-    cells = cells_of(spec, grid.RECT)
-    sets = grid.study_splits({grid.RECT: block_of(spec, grid.RECT)}, grid.RECT)
+    cells = cells_of(spec, "rectification")
+    sets = grid.study_splits({"rectification": block_of(spec, "rectification")}, "rectification")
 
     def side(keep, at: list[Set] = sets) -> Side:
         chosen = {m: c for m, c in cells.items() if keep(c, c.get("values") or {})}
@@ -191,7 +191,7 @@ def _rect_claims(spec: dict, predictions: dict) -> list[Claim]:
     def lora(c: dict, _: dict) -> bool:
         return c.get("method") == "qlora"
 
-    base = Side(({s: base_of(spec, grid.RECT) for s in sets},))
+    base = Side(({s: base_of(spec, "rectification") for s in sets},))
     flips = [(r, v) for r in sets for v in sets if r[0] == v[0] and (r[1], v[1]) == PLACE_FLIP]
     t1, cols = paper_rect.TABLE1, len(paper_rect.COLUMNS)
     xi_pub = _mean([t1[r][-1] for r in paper_rect.XI_ROWS if float(r[2:]) >= 3])
@@ -214,8 +214,8 @@ def _xi(values: dict) -> float:
 
 
 def _mudaf_claims(spec: dict, predictions: dict) -> list[Claim | dict]:
-    sub = study_spec(spec, grid.MUDAF)
-    sets = grid.study_splits({grid.MUDAF: sub[grid.MUDAF]}, grid.MUDAF)
+    sub = study_spec(spec, "mudaf")
+    sets = grid.study_splits({"mudaf": sub["mudaf"]}, "mudaf")
     cells = mudaf.mudaf_cells(sub)
     roles = mudaf.roles(cells)
 
@@ -252,7 +252,7 @@ def _saturation(predictions: dict, heads, above: list[int], pairs) -> dict:
     t4 = paper_mudaf.TABLE4
     over = max(v[-1] for k, v in t4.items() if int(k[2:]) > 8) - t4["n=8"][-1]
     holds = over <= SATURATION_SLACK and t4["n=8"][-1] > t4["n=0"][-1]
-    line = {"paper": PAPERS[grid.MUDAF], "table": "Table 4", "claim": "n = 8 heads saturates"}
+    line = {"paper": PAPERS["mudaf"], "table": "Table 4", "claim": "n = 8 heads saturates"}
     line |= {"ours": ours, "verdict_ours": "holds" if shown else "not shown"}
     line["published"] = (
         f"best n>8 Avg. − n=8's: {over:+.1f} (≤ {SATURATION_SLACK:g}); n=8 − n=0: "
@@ -263,8 +263,8 @@ def _saturation(predictions: dict, heads, above: list[int], pairs) -> dict:
 
 
 def _lkg_claims(spec: dict, predictions: dict) -> list[Claim]:
-    sets = grid.study_splits({grid.LKG: block_of(spec, grid.LKG)}, grid.LKG)
-    cells = cells_of(spec, grid.LKG)
+    sets = grid.study_splits({"lkg": block_of(spec, "lkg")}, "lkg")
+    cells = cells_of(spec, "lkg")
 
     def side(label: str) -> Side:  # the cells Table 2 names ``label`` (lkg.row_label)
         chosen = {
@@ -290,8 +290,8 @@ def _lkg_claims(spec: dict, predictions: dict) -> list[Claim]:
     return out
 
 
-CLAIMS = {OPAMP: _opamp_claims, grid.RECT: _rect_claims}
-CLAIMS |= {grid.MUDAF: _mudaf_claims, grid.LKG: _lkg_claims}
+CLAIMS = {OPAMP: _opamp_claims, "rectification": _rect_claims}
+CLAIMS |= {"mudaf": _mudaf_claims, "lkg": _lkg_claims}
 
 
 def claims(spec: dict, evals: list[dict], predictions: Predictions) -> pd.DataFrame:

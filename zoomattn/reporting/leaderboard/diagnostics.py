@@ -14,7 +14,6 @@ aggregate a (study, label) cell over its seeds: mean, with the seeds' min..max a
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -25,6 +24,7 @@ from matplotlib.patches import Patch
 from zoomattn.reporting.common.html_tables import write_table_html
 from zoomattn.reporting.common.plotting import legend_entries, mark_gaps, note_if_all_zero, save
 from zoomattn.reporting.common.studies import STUDY_ORDER, study_colour, study_rank
+from zoomattn.splits import Split
 
 CLASSES = ("edge", "uniform", "middle", "other")  # as evaluation.head_patterns.CLASSES
 TOP_SHARE = 0.05  # retrieval-head strength: mean F1 of the top 5% heads by F1
@@ -58,8 +58,10 @@ def noise_ratio(e: dict) -> float | None:
     """The eval's noise ratio: its ``noise_ratio``, else read from a split named ``r<ratio>``."""
     if e.get("noise_ratio") is not None:
         return float(e["noise_ratio"])
-    hit = re.fullmatch(r"r(\d+(?:\.\d+)?)", str(e.get("split", "")))
-    return float(hit.group(1)) if hit else None
+    try:
+        return Split.parse(str(e.get("split", ""))).noise_ratio
+    except ValueError:  # no split name
+        return None
 
 
 def _gap_evals(models: dict[str, dict], evals: list[dict]) -> pd.DataFrame:

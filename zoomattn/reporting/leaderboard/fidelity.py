@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from zoomattn import grid
 from zoomattn.reporting import lkg, mudaf, opamp, rectification
 from zoomattn.reporting.common import tables as common_tables
 from zoomattn.reporting.common.html_tables import write_table_html
@@ -25,20 +24,20 @@ from zoomattn.reporting.leaderboard.slices import (
     block_of,
     cells_of,
     evals_of,
-    number,
     study_spec,
 )
 from zoomattn.reporting.lkg import published as paper_lkg
 from zoomattn.reporting.mudaf import published as paper_mudaf
 from zoomattn.reporting.opamp import published
 from zoomattn.reporting.rectification import published as paper_rect
+from zoomattn.splits import Split
 
 NUMBER_COLUMNS = ["paper", "table", "row", "benchmark", "split", "column", "same_task"]
 NUMBER_COLUMNS += ["ours", "ci_low", "ci_high", "published", "delta"]
 PAPER_COLUMN = {  # study -> benchmark spec -> the paper column it is or mirrors
-    grid.RECT: paper_rect.column,
-    grid.MUDAF: paper_mudaf.column,
-    grid.LKG: paper_lkg.column,
+    "rectification": paper_rect.column,
+    "mudaf": paper_mudaf.column,
+    "lkg": paper_lkg.column,
 }
 
 
@@ -58,7 +57,9 @@ def _opamp_numbers(spec: dict, evals: list[dict]) -> list[dict]:
     ev = evals_of(evals, spec, OPAMP, benchmarks)
     if not ev:
         return []
-    ev = [{**e, "noise_ratio": e.get("noise_ratio", number(e["split"][1:]))} for e in ev]
+    ev = [
+        {**e, "noise_ratio": e.get("noise_ratio", Split.parse(e["split"]).noise_ratio)} for e in ev
+    ]
     rows = opamp.rows(cells_of(spec, OPAMP), base_of(spec, OPAMP))
     out = []
     for r in opamp.scores_frame(ev, rows).itertuples():
@@ -72,7 +73,7 @@ def _opamp_numbers(spec: dict, evals: list[dict]) -> list[dict]:
             table, column = "Table 4", f"{col} r={r.noise:g}"
         else:
             table, column = "Table 3", col
-        split = f"r{r.noise:g}" + (f" / {r.subset}" if r.subset else "")
+        split = str(Split(noise_ratio=r.noise)) + (f" / {r.subset}" if r.subset else "")
         real = "source" in benchmarks[r.benchmark]
         where = (r.label, r.benchmark, split, column, real)
         out.append(_line(PAPERS[OPAMP], table, *where, r.score, r.ci_low, r.ci_high, pub))
@@ -89,7 +90,7 @@ def _long_numbers(study: str, long: pd.DataFrame, benchmarks: dict, table, looku
         pub = lookup(r.row, col, r.placement) if col else None
         if pub is None:
             continue
-        column = f"{col} {r.placement}" if study == grid.RECT else col
+        column = f"{col} {r.placement}" if study == "rectification" else col
         real = "source" in benchmarks.get(r.benchmark, {})
         score = (r.score, r.ci_low, r.ci_high)
         where = (r.row, r.benchmark, r.placement, column, real)
@@ -104,19 +105,19 @@ def _columns(benchmarks: dict, df: pd.DataFrame) -> list[tuple[str, str]]:
 
 def _rect_numbers(spec: dict, evals: list[dict]) -> list[dict]:
     """Table 1: the rectification report's base / LoRA / ξ-sweep rows (g = max)."""
-    benchmarks = dict(block_of(spec, grid.RECT).get("benchmarks") or {})
-    sub = study_spec(spec, grid.RECT)
-    df = common_tables.scores_frame(sub, evals_of(evals, spec, grid.RECT, benchmarks))
+    benchmarks = dict(block_of(spec, "rectification").get("benchmarks") or {})
+    sub = study_spec(spec, "rectification")
+    df = common_tables.scores_frame(sub, evals_of(evals, spec, "rectification", benchmarks))
     rows = [r for r in rectification.grid_rows(sub, {}) if r.kind in ("base", "lora", "xi")]
     long = common_tables.select(df, rows, _columns(benchmarks, df))
-    return _long_numbers(grid.RECT, long, benchmarks, lambda _: "Table 1", paper_rect.lookup)
+    return _long_numbers("rectification", long, benchmarks, lambda _: "Table 1", paper_rect.lookup)
 
 
 def _mudaf_numbers(spec: dict, evals: list[dict]) -> list[dict]:
     """Table 2 (the report's roles) and Table 4 (its head-count sweep rows)."""
-    benchmarks = dict(block_of(spec, grid.MUDAF).get("benchmarks") or {})
-    sub = study_spec(spec, grid.MUDAF)
-    df = common_tables.scores_frame(sub, evals_of(evals, spec, grid.MUDAF, benchmarks))
+    benchmarks = dict(block_of(spec, "mudaf").get("benchmarks") or {})
+    sub = study_spec(spec, "mudaf")
+    df = common_tables.scores_frame(sub, evals_of(evals, spec, "mudaf", benchmarks))
     columns, cells = _columns(benchmarks, df), mudaf.mudaf_cells(sub)
     Row = common_tables.Row
     t2_rows = [Row(mudaf.BASE_ROW, sub["base"], "base")]
@@ -128,7 +129,7 @@ def _mudaf_numbers(spec: dict, evals: list[dict]) -> list[dict]:
     ):
         long = common_tables.select(df, rows, columns)
         out += _long_numbers(
-            grid.MUDAF,
+            "mudaf",
             long,
             benchmarks,
             lambda _, n=name: n,
@@ -139,14 +140,14 @@ def _mudaf_numbers(spec: dict, evals: list[dict]) -> list[dict]:
 
 def _lkg_numbers(spec: dict, evals: list[dict]) -> list[dict]:
     """Table 1's base and fine-tuning rows and Table 2's ablations, by ``lkg.table2_rows``."""
-    benchmarks = dict(block_of(spec, grid.LKG).get("benchmarks") or {})
-    rows = lkg.table2_rows(study_spec(spec, grid.LKG))
-    df = lkg.scores_frame(rows, evals_of(evals, spec, grid.LKG, benchmarks))
+    benchmarks = dict(block_of(spec, "lkg").get("benchmarks") or {})
+    rows = lkg.table2_rows(study_spec(spec, "lkg"))
+    df = lkg.scores_frame(rows, evals_of(evals, spec, "lkg", benchmarks))
     label = {r.run: r.label for r in rows}
     df = df[df["split"] == lkg.MAIN_SPLIT]
     long = df.assign(row=df["run"].map(label), placement=df["split"])
     return _long_numbers(
-        grid.LKG,
+        "lkg",
         long,
         benchmarks,
         lambda row: paper_lkg.ROW_SOURCE.get(row, "Table 2"),
@@ -160,9 +161,9 @@ def fidelity_numbers(spec: dict, evals: list[dict]) -> pd.DataFrame:
     ``same_task``: the benchmark is the paper's own (else a synthetic analogue: compare trends)."""
     lines = _opamp_numbers(spec, evals)
     for study, numbers in (
-        (grid.RECT, _rect_numbers),
-        (grid.MUDAF, _mudaf_numbers),
-        (grid.LKG, _lkg_numbers),
+        ("rectification", _rect_numbers),
+        ("mudaf", _mudaf_numbers),
+        ("lkg", _lkg_numbers),
     ):
         if block_of(spec, study):
             lines += numbers(spec, evals)

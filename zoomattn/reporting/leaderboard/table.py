@@ -19,6 +19,7 @@ import pandas as pd
 from zoomattn.reporting.common.bootstrap import LEVEL, RESAMPLES, difference_ci, mean_ci, verdict
 from zoomattn.reporting.common.html_tables import write_table_html
 from zoomattn.reporting.common.plotting import empty_panel, legend_entries, mark_gaps, save
+from zoomattn.splits import Split
 
 MEAN = "mean"
 MARK = {"higher": " ↑", "lower": " ↓", "n.s.": ""}
@@ -70,7 +71,9 @@ def leaderboard(
     ):
         entries.setdefault(cell["entry"], []).append(model)  # order never depends on the spec's
     columns = {
-        f"{b} r={r:g}": [(b, f"r{r:g}")] for b in spec["benchmarks"] for r in spec["noise_ratios"]
+        f"{b} r={r:g}": [(b, str(Split(noise_ratio=r)))]
+        for b in spec["benchmarks"]
+        for r in spec["noise_ratios"]
     }
     columns[MEAN] = [s for sets in list(columns.values()) for s in sets]
     rows = []

@@ -32,6 +32,7 @@ from zoomattn.reporting.lkg.table2 import (
     table2_wide,
     write_table,
 )
+from zoomattn.splits import Split
 
 KINDS = ("evals", "patterns", "train_metrics")
 
@@ -157,7 +158,8 @@ def robustness_frame(
     chosen = list(dict.fromkeys(r for e in entries for r in of(e)))
     notes = [f"Robustness model {e!r} is no run of this grid." for e in entries if not of(e)]
     shares = (rob.get("irrelevant") or {}).get("shares", [])
-    splits = [f"n{k}" for k in rob.get("passages", [])] + [f"irr{s:g}" for s in shares]
+    sets = [Split(passages=k) for k in rob.get("passages", [])]
+    splits = [str(s) for s in [*sets, *(Split(irrelevant=share) for share in shares)]]
     have = {(e["model"], e["benchmark"], split_of(e)) for e in evals}
     missing = {
         m: ", ".join(s for s in splits if (m, rob.get("benchmark"), s) not in have)

@@ -6,7 +6,6 @@ method; and the paper's claims computed on ours.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pandas as pd
 from zoomattn.reporting.common.tables import cell
 from zoomattn.reporting.lkg import published as paper
 from zoomattn.reporting.lkg.published import BASE_ROW, FT_ROW, FULL_ROW
+from zoomattn.splits import Split
 
 MAIN_SPLIT = "vanilla"  # the study has no query-placement axis: its main eval sets are "vanilla"
 SCORES = ["score", "ci_low", "ci_high"]
@@ -25,7 +25,6 @@ ABLATIONS = (  # value key, whether the value switches the component off, Table 
     ("aux_weight", lambda v: float(v) == 0.0, "w/o Auxiliary Loss"),
 )
 ORDER = [BASE_ROW, FT_ROW, FULL_ROW, *(label for _, _, label in ABLATIONS)]
-AXES = {"n": "passages", "irr": "irrelevant"}  # robustness split prefix -> Fig. 6's axis
 AXIS_ORDER = ["passages", "irrelevant"]
 
 
@@ -72,8 +71,10 @@ def table2_rows(spec: dict) -> list[Row]:
 
 def parse_split(split: str) -> tuple[str, float] | None:
     """("passages", k) for ``n<k>``, ("irrelevant", share) for ``irr<share>``, else None."""
-    m = re.fullmatch(r"(n|irr)(\d+(?:\.\d*)?(?:e-?\d+)?)", split)
-    return (AXES[m.group(1)], float(m.group(2))) if m else None
+    parsed = Split.parse(split)
+    if parsed.irrelevant is not None:
+        return "irrelevant", float(parsed.irrelevant)
+    return None if parsed.passages is None else ("passages", float(parsed.passages))
 
 
 def split_of(e: dict) -> str:
