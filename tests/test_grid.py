@@ -84,17 +84,15 @@ def test_seeds_of_a_study_out_of_the_grid_are_the_grids():
     assert Grid(_cfg()).seeds("leaderboard") == [0, 1, 2]
 
 
-def test_the_names_the_reporting_package_calls_give_split_names_as_before():
+def test_split_names_of_a_study_block_are_its_benchmarks_eval_sets_as_before():
     cfg = _cfg()
     opamp = cfg["studies"]["opamp"]
-    assert grid_module.opamp_splits({"benchmarks": opamp["benchmarks"]})[:3] == [
+    assert grid_module.split_names({"benchmarks": opamp["benchmarks"]})[:3] == [
         ("coqa_like", "r0"),
         ("coqa_like", "r0.8"),
         ("coqa_like", "r0.9"),
     ]
-    rect = grid_module.study_splits(
-        {"rectification": cfg["studies"]["rectification"]}, "rectification"
-    )
+    rect = grid_module.split_names(cfg["studies"]["rectification"])
     assert rect == [
         ("nq_like", "vanilla"),
         ("nq_like", "reverse"),

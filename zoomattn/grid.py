@@ -78,29 +78,6 @@ class Grid:
         return self.models[model].base if model in self.models else model
 
 
-# ---- names the reporting package and `zoomattn regenerate` call ----------------------------
-RECT, MUDAF, LKG, LEADERBOARD = "rectification", "mudaf", "lkg", "leaderboard"
-
-
-def opamp_splits(cfg: dict) -> list[tuple[str, str]]:
-    """(benchmark, split name) of a ``{"benchmarks": ...}`` mapping (the OpAmp report spec's)."""
-    return [(b, str(s)) for b, splits in block_splits(cfg).items() for s in splits]
-
-
-def study_splits(cfg: dict, study: str) -> list[tuple[str, str]]:
-    """(benchmark, split name) every model of a study is evaluated on, from ``cfg[study]``."""
-    return opamp_splits(cfg[study])
-
-
-def cross_report_spec(cfg: dict) -> dict:
-    """The cross-method report's spec without its code hash (zoomattn/specs.py)."""
-    from zoomattn.specs import Specs
-
-    return Specs(cfg).cross_report()
-
-
-def cross_report_inputs(cfg: dict, out: str) -> dict[str, list[str]]:
-    """The files the cross-method report reads, by kind (zoomattn/layout.py)."""
-    from zoomattn.layout import Layout
-
-    return Layout(out, Grid(cfg)).cross_inputs()
+def split_names(block: dict) -> list[tuple[str, str]]:
+    """(benchmark, split name) of every eval set of a study block (``{"benchmarks": ...}``)."""
+    return [(b, str(s)) for b, splits in block_splits(block).items() for s in splits]

@@ -120,13 +120,12 @@ def _check_results(files: dict[str, list[Path]], config_files: list[Path], prese
 
 
 def cross_report_files(cfg: dict) -> dict[str, list[Path]]:
-    """The cross-method report's input files, by kind: the grid's (``grid.cross_report_inputs``)
-    and the predictions beside each evaluation."""
-    from zoomattn import grid
+    """The cross-method report's input files, by kind, as its rule reads them (layout.py)."""
+    from zoomattn.grid import Grid
+    from zoomattn.layout import Layout
 
-    files = {k: [Path(f) for f in v] for k, v in grid.cross_report_inputs(cfg, cfg["out"]).items()}
-    predictions = [f.with_suffix(".predictions.jsonl") for f in files["evals"]]
-    return {"evals": files.pop("evals"), "predictions": predictions, **files}
+    inputs = Layout(cfg["out"], Grid(cfg)).cross_inputs()
+    return {kind: [Path(f) for f in files] for kind, files in inputs.items()}
 
 
 def regenerate(config_files: list[Path], out: Path, preset: str | None = None) -> None:
@@ -134,15 +133,15 @@ def regenerate(config_files: list[Path], out: Path, preset: str | None = None) -
     nothing is trained or evaluated, no model is read. The first config file is the grid's
     (config.yaml), later ones override it as ``snakemake --configfile`` does, and ``preset`` as
     ``--config preset=NAME`` does."""
-    from zoomattn import grid
     from zoomattn.config import load_config, read_configs
     from zoomattn.reporting import leaderboard
+    from zoomattn.specs import Specs
 
     cfg = load_config(read_configs(config_files, preset))
     files = cross_report_files(cfg)
     _check_results(files, config_files, preset)
     out.mkdir(parents=True, exist_ok=True)
-    spec = grid.cross_report_spec(cfg)
+    spec = Specs(cfg).cross_report()
     leaderboard.build_report(spec, load_inputs(files), out)
     _finish(out, spec)
     log.info("cross-method report regenerated in %s from %d metric files", out, len(files["evals"]))

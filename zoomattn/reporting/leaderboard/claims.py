@@ -145,7 +145,7 @@ def _same(sets: list[Set]) -> list[tuple[Set, Set]]:
 def _opamp_claims(spec: dict, predictions: dict) -> list[Claim]:
     benchmarks = spec.get("benchmarks") or {}
     cells = cells_of(spec, OPAMP)
-    every = grid.opamp_splits({"benchmarks": benchmarks})
+    every = grid.split_names({"benchmarks": benchmarks})
     noisy = [s for s in every if s[1] == "r0.9"]
     faith = [s for s in every if published.column(s[0], benchmarks[s[0]]) == "FaithEval"]
 
@@ -179,7 +179,7 @@ def _opamp_claims(spec: dict, predictions: dict) -> list[Claim]:
 
 def _rect_claims(spec: dict, predictions: dict) -> list[Claim]:
     cells = cells_of(spec, "rectification")
-    sets = grid.study_splits({"rectification": block_of(spec, "rectification")}, "rectification")
+    sets = grid.split_names(block_of(spec, "rectification"))
 
     def side(keep, at: list[Set] = sets) -> Side:
         chosen = {m: c for m, c in cells.items() if keep(c, c.get("values") or {})}
@@ -215,7 +215,7 @@ def _xi(values: dict) -> float:
 
 def _mudaf_claims(spec: dict, predictions: dict) -> list[Claim | dict]:
     sub = study_spec(spec, "mudaf")
-    sets = grid.study_splits({"mudaf": sub["mudaf"]}, "mudaf")
+    sets = grid.split_names(sub["mudaf"])
     cells = mudaf.mudaf_cells(sub)
     roles = mudaf.roles(cells)
 
@@ -263,7 +263,7 @@ def _saturation(predictions: dict, heads, above: list[int], pairs) -> dict:
 
 
 def _lkg_claims(spec: dict, predictions: dict) -> list[Claim]:
-    sets = grid.study_splits({"lkg": block_of(spec, "lkg")}, "lkg")
+    sets = grid.split_names(block_of(spec, "lkg"))
     cells = cells_of(spec, "lkg")
 
     def side(label: str) -> Side:  # the cells Table 2 names ``label`` (lkg.row_label)

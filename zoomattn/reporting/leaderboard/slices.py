@@ -3,10 +3,8 @@ it: its cells, its base, its config block, and the spec its own report would rea
 
 from __future__ import annotations
 
-from zoomattn import grid
-
 OPAMP = "opamp"
-PAPERS = {OPAMP: "OpAmp", grid.RECT: "Rectification", grid.MUDAF: "MuDAF", grid.LKG: "LKG-RALM"}
+PAPERS = {OPAMP: "OpAmp", "rectification": "Rectification", "mudaf": "MuDAF", "lkg": "LKG-RALM"}
 
 
 def cells_of(spec: dict, study: str) -> dict[str, dict]:
