@@ -31,6 +31,18 @@ def test_the_cross_report_reads_the_predictions_beside_every_evaluation(layout):
     ]
 
 
+def test_the_cross_inputs_regenerate_reads_are_there_with_the_leaderboard_off():
+    raw = copy.deepcopy(RAW)
+    raw["preset"] = "smoke"
+    raw["presets"]["smoke"]["studies"]["leaderboard"] = None
+    layout = Layout("out", Grid(load_config(raw)))
+    cross = layout.cross_inputs()
+    assert len(cross["evals"]) == len(layout.grid.evaluations) > 0
+    assert [f.removesuffix(".predictions.jsonl") for f in cross["predictions"]] == [
+        f.removesuffix(".json") for f in cross["evals"]
+    ]
+
+
 def test_a_study_report_reads_its_own_evaluations_and_the_cross_report_every_one(layout):
     grid = layout.grid
     opamp = layout.report_inputs(grid.studies["opamp"])

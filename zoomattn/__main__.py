@@ -61,8 +61,8 @@ USER_COMMANDS = {
 }
 STAGE_HELP = {
     "world": "the synthetic world: entities, facts and the tokenizer (tiny, smoke)",
-    "train-data": "the fine-tuning set (a side study's too: golden documents and distractors)",
-    "eval-data": "one benchmark's evaluation set at one noise ratio (or a side study's set)",
+    "train-data": "a study's fine-tuning set (the shared one, or golden documents and distractors)",
+    "eval-data": "one benchmark's evaluation set at one split (noise ratio, placement, passages)",
     "pretrain": "the tiny base model, pretrained on the synthetic world",
     "base-model": "a hub or local base model: resolved, checked and recorded",
     "finetune": "one grid cell (method, setting, seed) fine-tuned on the base model",

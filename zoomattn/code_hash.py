@@ -1,6 +1,6 @@
 """The hash of the code a workflow job runs, derived from the source itself.
 
-Every job's spec carries ``code: code_hash(group, method)`` (workflow/rules/common.smk), so
+Every job's spec carries ``code: code_hash(group, method, report)`` (zoomattn/specs.py), so
 Snakemake reruns a job when, and only when, the code it runs changes. ``GROUPS`` names the stages
 behind each group (functions of the stage table in zoomattn/stages); the rest is read from the
 package's syntax trees (``ast``: nothing is imported or run):

@@ -165,5 +165,5 @@ def config_hash(cfg: dict) -> str:
     return stable_hash(cfg)
 
 
-# The rules import it from here; zoomattn/code_hash.py derives each job's code from its imports.
+# Re-exported for callers of the old home; zoomattn/code_hash.py derives each job's code.
 from zoomattn.code_hash import code_hash  # noqa: E402, F401

@@ -4,7 +4,8 @@
 null, in report order. The bases are ``base`` (the preset's ``base_model``) and each study's own
 base; every model of every study is evaluated on its study's splits (zoomattn/splits.py).
 
-The functions at the end keep the names the reporting package and the regenerate command call.
+``split_names`` gives a study block's eval sets as (benchmark, split name) pairs (the claims of
+the cross-method report read them).
 """
 
 from __future__ import annotations

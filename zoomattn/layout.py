@@ -115,7 +115,8 @@ class Layout:
             evals = grid.evaluations
             return [self.eval_file(*e) for e in evals if cross or e[1] in study.benchmarks]
         if kind == "predictions":  # the per-example scores beside each evaluation
-            return [f.replace(".json", ".predictions.jsonl") for f in self._files("evals", study)]
+            evals = self._files("evals", study, cross)
+            return [f.removesuffix(".json") + ".predictions.jsonl" for f in evals]
         if kind == "attention":
             return [
                 self.attention_file(m) for m in (every if cross else [study.base, *study.models])

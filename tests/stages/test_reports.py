@@ -67,12 +67,18 @@ def test_a_new_study_report_needs_only_its_package(toy_study, tmp_path, monkeypa
     evals = tmp_path / "e.json"
     evals.write_text(json.dumps({"model": "m", "score": 0.5}))
     out, results = tmp_path / "report/toy", tmp_path / "results"
-    report("toy", {"preset": "smoke", "seeds": [0]}, {"evals": [evals]}, out, results)
+    report("toy", {"preset": "smoke", "seeds": [0]}, {"evals": [evals], "heads": []}, out, results)
     assert toy_study.calls == [{"evals": [{"model": "m", "score": 0.5}], "heads": []}]
     assert (out / "scores.html").exists()  # the shared finishing: each csv as html too
     assert json.loads((out / "provenance.json").read_text())["preset"] == "smoke"
     (run,) = mlflow.search_runs(search_all_experiments=True, output_format="list")
     assert run.info.run_name == "report:toy" and run.data.tags["zoomattn.stage"] == "report"
+
+
+def test_a_kind_the_study_reads_and_is_not_handed_is_refused_before_it_runs(toy_study, tmp_path):
+    with pytest.raises(ValueError, match="reporting/toy/ reads heads, which the workflow does not"):
+        report("toy", {"preset": "smoke"}, {"evals": []}, tmp_path / "o", tmp_path / "r")
+    assert toy_study.calls == [] and not (tmp_path / "r").exists()
 
 
 def test_an_input_kind_the_study_does_not_read_is_refused_before_it_runs(toy_study, tmp_path):

@@ -166,9 +166,9 @@ def report_provenance(report_dir):
 
 
 def report_rules_html():
-    """The landing page's table of the run's rules (zoomattn/reporting/workflow_rules.py), built
+    """The landing page's table of the run's rules (zoomattn/reporting/common/workflow_rules.py), built
     when `snakemake --report` renders workflow/report/workflow.rst: the DAG exists only then."""
-    from zoomattn.reporting.workflow_rules import rule_table_html
+    from zoomattn.reporting.common.workflow_rules import rule_table_html
 
     return rule_table_html(workflow.dag.toposorted(), workflow.dag.dependencies)
 

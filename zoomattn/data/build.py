@@ -125,9 +125,10 @@ def build_real_eval(cfg: dict, benchmark: str, noise_ratio: float, out_dir: Path
 
 
 def build_distractor_set(spec: dict, world_dir: Path | None, out_dir: Path) -> dict:
-    """A set of a side study (rectification, docs/papers.md §2; MuDAF, §3; LKG-RALM, §4): golden
-    documents plus ``distractors`` hard ones (synthetic; real builders take their own options),
-    the question placed as ``placement`` says. The training set when the spec names no benchmark.
+    """A set of a study with data of its own (rectification, docs/papers.md §2; MuDAF, §3;
+    LKG-RALM, §4): golden documents plus ``distractors`` hard ones (synthetic; real builders take
+    their own options), the question placed as ``placement`` says. The training set when the spec
+    names no benchmark.
     The examples are seeded by study and set, not by placement: both layouts hold the same ones.
 
     An eval spec with ``passages`` (and optionally ``irrelevant``, a share, default 0) is one of

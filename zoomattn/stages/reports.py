@@ -74,24 +74,32 @@ def report_package(study: str):
 
 
 def _check_kinds(study: str, package, inputs: dict) -> None:
+    """The rule hands the kinds the study's ``Kind`` names (zoomattn/studies.py); they must be
+    exactly the kinds its package reads, or a report would draw from missing files in silence."""
     unread = sorted(set(inputs) - set(package.KINDS))
     if unread:
         raise ValueError(
             f"the {study} report reads {', '.join(package.KINDS)}; it has no use for "
             f"{', '.join(unread)}"
         )
+    missing = [kind for kind in package.KINDS if kind not in inputs]
+    if missing:
+        raise ValueError(
+            f"zoomattn/reporting/{study}/ reads {', '.join(missing)}, which the workflow does not "
+            f"hand it: name them in the study's Kind (zoomattn/studies.py: KINDS)"
+        )
 
 
 def report(study: str, spec: dict, inputs: dict[str, list[Path]], out: Path, results: Path) -> None:
-    """One study's report, by its package's ``build_report``, from the files of each kind; a kind
-    it reads and was given no file of is an empty list."""
+    """One study's report, by its package's ``build_report``, from the files of each kind (a kind
+    given with no file, ``KIND=``, is an empty list)."""
     from zoomattn.io import atomic_dir
 
     package = report_package(study)
     _check_kinds(study, package, inputs)
     with job_run(spec, "report", study, results) as run, atomic_dir(out) as tmp:
         loaded = load_inputs(inputs)
-        package.build_report(spec, {kind: loaded.get(kind, []) for kind in package.KINDS}, tmp)
+        package.build_report(spec, {kind: loaded[kind] for kind in package.KINDS}, tmp)
         _finish(tmp, spec)
         run.log_artifacts(tmp, "report")
 

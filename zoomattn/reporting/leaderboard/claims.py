@@ -30,6 +30,7 @@ from zoomattn.reporting.lkg import published as paper_lkg
 from zoomattn.reporting.mudaf import published as paper_mudaf
 from zoomattn.reporting.opamp import published
 from zoomattn.reporting.rectification import published as paper_rect
+from zoomattn.splits import Split
 
 CLAIM_COLUMNS = ["paper", "table", "claim", "ours", "verdict_ours", "published"]
 CLAIM_COLUMNS += ["verdict_published", "difference", "diff_ci_low", "diff_ci_high", "examples"]
@@ -146,7 +147,7 @@ def _opamp_claims(spec: dict, predictions: dict) -> list[Claim]:
     benchmarks = spec.get("benchmarks") or {}
     cells = cells_of(spec, OPAMP)
     every = grid.split_names({"benchmarks": benchmarks})
-    noisy = [s for s in every if s[1] == "r0.9"]
+    noisy = [s for s in every if Split.parse(s[1]).noise_ratio == 0.9]
     faith = [s for s in every if published.column(s[0], benchmarks[s[0]]) == "FaithEval"]
 
     def side(method: str, k: float | None, sets: list[Set]) -> Side:
