@@ -13,27 +13,27 @@ from pathlib import Path
 
 import pytest
 
-from zoomattn.code_hash import GROUPS, HEADER, PACKAGE, WHOLE, CodeIndex, code_hash
+from zoomattn.code_hash import HEADER, PACKAGE, WHOLE, CodeIndex, code_hash
 from zoomattn.methods import METHODS
+from zoomattn.stages import STAGES
 
 GRID_MODULE = "grid.py"  # the grid's module: the cross-method report calls it
-METHOD_GROUPS = ("finetune", "evaluate", "select")  # the groups a cell's method joins
+ANALYSES = ("evaluate", "attention", "retrieval-heads", "head-masking", "head-patterns")
+# the stages a fine-tuned model's jobs run: its method's folder counts for them
+METHOD_STAGES = ("finetune", "select-heads", *ANALYSES)
+DATA_STAGES = ("world", "train-data", "eval-data", "base-model")
 REPORTS = ("opamp", "rectification", "mudaf", "lkg", "leaderboard")  # a report job: its study's
 COMBOS = (
-    [(g, None) for g in GROUPS if g != "report"]
+    [(s, None) for s in STAGES if s != "report"]
     + [("report", study) for study in REPORTS]
-    + [(g, m) for g in METHOD_GROUPS for m in METHODS]
+    + [(s, m) for s in METHOD_STAGES for m in METHODS]
 )
 
 
 def job_args(combo: tuple) -> dict:
-    """(group, method) or ("report", study) as ``CodeIndex.hash``'s arguments."""
-    group, which = combo
-    return (
-        {"group": group, "report": which}
-        if group == "report"
-        else {"group": group, "method": which}
-    )
+    """(stage, method) or ("report", study) as ``CodeIndex.hash``'s arguments."""
+    stage, which = combo
+    return {"stage": stage, ("report" if stage == "report" else "method"): which}
 
 
 @pytest.fixture
@@ -91,16 +91,17 @@ def test_comment_docstring_and_blank_line_edits_in_every_module_change_no_hash(p
     assert changed(before, hashes(package)) == set()
 
 
-def test_a_code_edit_in_a_function_changes_exactly_the_groups_that_need_it(package):
+def test_a_code_edit_in_a_function_changes_exactly_the_jobs_whose_stage_needs_it(package):
     """Each job's hash changes if and only if its code (as the index finds it) holds the edited
     function: edit the first function of a few modules and compare."""
     index = CodeIndex(package)
-    for relative in ("io.py", "attention/math.py", "data/build.py", "placement.py"):
+    modules = ("io.py", "attention/math.py", "data/build.py", "placement.py")
+    for relative in (*modules, "evaluation/head_patterns.py", "data/world.py"):
         path = package / relative
         module = "zoomattn." + relative.removesuffix(".py").replace("/", ".")
         original = path.read_text()
         function = next(n for n in ast.parse(original).body if isinstance(n, ast.FunctionDef))
-        needing = {c for c in COMBOS if (module, function.name) in index.group_units(**job_args(c))}
+        needing = {c for c in COMBOS if (module, function.name) in index.job_units(**job_args(c))}
         before = hashes(package)
         lines = original.splitlines(keepends=True)
         last = function.body[-1]
@@ -117,7 +118,7 @@ def test_an_attention_code_edit_reruns_the_model_jobs_and_not_the_data_nor_the_r
     path.write_text(path.read_text() + "\nEDITED = True\n")
     after = changed(before, hashes(package))
     assert {("finetune", m) for m in METHODS} | {("evaluate", None)} <= after
-    assert not after & {(g, None) for g in ("data", "sources", "base")}
+    assert not after & {(s, None) for s in DATA_STAGES}
     assert not {c for c in after if c[0] == "report"}
 
 
@@ -127,7 +128,7 @@ def test_editing_grid_changes_the_hash_of_the_cross_method_report(package):
     path.write_text(path.read_text() + "\nEDITED = True\n")
     after = changed(before, hashes(package))
     assert ("report", "leaderboard") in after
-    assert not after & {(g, None) for g in ("data", "sources", "base", "pretrain")}
+    assert not after & {(s, None) for s in (*DATA_STAGES, "pretrain")}
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
@@ -138,10 +139,10 @@ def test_editing_one_methods_folder_changes_only_that_methods_model_jobs_hashes(
     for path in (package / "methods" / method).rglob("*.py"):
         path.write_text(path.read_text() + "\nEDITED = True\n")
     after = changed(before, hashes(package))
-    assert {(g, method) for g in METHOD_GROUPS} <= after
+    assert {(s, method) for s in METHOD_STAGES} <= after
     others = [None, *(m for m in METHODS if m != method)]
-    assert not after & {(g, m) for g in ("finetune", "evaluate") for m in others}
-    assert not after & {(g, None) for g in ("data", "sources", "base", "pretrain")}
+    assert not after & {(s, m) for s in ("finetune", *ANALYSES) for m in others}
+    assert not after & {(s, None) for s in (*DATA_STAGES, "pretrain")}
     assert not {c for c in after if c[0] == "report"}
 
 
@@ -152,9 +153,18 @@ def test_config_re_exports_the_hash_the_rules_call():
     assert code_hash("finetune", "opamp") == CodeIndex(PACKAGE).hash("finetune", "opamp")
 
 
-def test_an_unknown_group_or_method_is_named():
+def test_an_edit_in_one_analysis_reruns_that_analysis_and_not_the_evaluations(package):
+    before = hashes(package)
+    path = package / "evaluation/head_patterns.py"
+    path.write_text(path.read_text() + "\nEDITED = True\n")
+    after = changed(before, hashes(package))
+    assert ("head-patterns", None) in after
+    assert not {c for c in after if c[0] in ("evaluate", "attention", "retrieval-heads")}
+
+
+def test_an_unknown_stage_or_method_is_named():
     index = CodeIndex(PACKAGE)
-    with pytest.raises(ValueError, match="unknown code group 'reports'"):
+    with pytest.raises(ValueError, match="unknown stage 'reports'"):
         index.hash("reports")
     with pytest.raises(ValueError, match="no method folder zoomattn/methods/opam/"):
         index.hash("finetune", "opam")

@@ -44,7 +44,7 @@ def test_the_shared_eval_set_is_a_benchmark_at_a_noise_ratio(specs):
         "coqa_like": specs.cfg["studies"]["opamp"]["benchmarks"]["coqa_like"]
     }
     assert spec["data"] == {"n_entities": 120, "n_famous": 10, "n_eval": 24}
-    assert spec["code"] == code_hash("data")
+    assert spec["code"] == code_hash("eval-data") != specs.world()["code"] == code_hash("world")
 
 
 def test_a_studys_eval_set_holds_its_layout_and_distractors(specs):

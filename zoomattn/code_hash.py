@@ -1,9 +1,9 @@
 """The hash of the code a workflow job runs, derived from the source itself.
 
-Every job's spec carries ``code: code_hash(group, method, report)`` (zoomattn/specs.py), so
-Snakemake reruns a job when, and only when, the code it runs changes. ``GROUPS`` names the stages
-behind each group (functions of the stage table in zoomattn/stages); the rest is read from the
-package's syntax trees (``ast``: nothing is imported or run):
+Every job's spec carries ``code: code_hash(stage, method, report)`` (zoomattn/specs.py), so
+Snakemake reruns a job when, and only when, the code it runs changes. The stage is a command of
+the stage table (zoomattn/stages: its function is where a job's code starts); the rest is read
+from the package's syntax trees (``ast``: nothing is imported or run):
 
 - the unit of code is a module's top-level function or class, or its header (every other
   top-level statement, imports included: importing the module runs it);
@@ -18,7 +18,7 @@ package's syntax trees (``ast``: nothing is imported or run):
   module does need it);
 - a unit counts by its normalised source, its syntax tree without docstrings and positions: a
   comment, docstring or formatting edit changes no hash, any code edit changes the hash of every
-  group that needs the unit.
+  stage that needs the unit.
 """
 
 from __future__ import annotations
@@ -34,24 +34,6 @@ from zoomattn.stages import STAGES
 
 PACKAGE = Path(__file__).resolve().parent
 
-# The one thing kept by hand: the stages whose code each group of the rules hashes.
-GROUPS: dict[str, tuple[str, ...]] = {
-    "data": ("world", "train-data", "eval-data"),  # the synthetic world's data
-    "sources": ("train-data", "eval-data"),  # real datasets (paper, small)
-    "base": ("base-model",),
-    "pretrain": ("pretrain",),
-    "finetune": ("finetune",),
-    "evaluate": (
-        "evaluate",
-        "attention",
-        "score-margin",
-        "retrieval-heads",
-        "head-masking",
-        "head-patterns",
-    ),
-    "select": ("select-heads",),
-    "report": ("report",),  # with the study's own package (``report=``): the stage loads it by name
-}
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 HEADER = None  # the unit of a module's top-level statements other than definitions
 WHOLE = "*"  # every unit of a module (``import m``)
@@ -243,24 +225,24 @@ class CodeIndex:
             raise ValueError(f"no report package {package.replace('.', '/')}/ for study {study!r}")
         return modules
 
-    def group_units(
-        self, group: str, method: str | None = None, report: str | None = None
+    def job_units(
+        self, stage: str, method: str | None = None, report: str | None = None
     ) -> set[tuple[str, str | None]]:
-        """Every unit of code a job of ``group`` (for a cell of ``method``; the report of study
+        """Every unit of code a job of ``stage`` (for a cell of ``method``; the report of study
         ``report``) runs."""
-        if group not in GROUPS:
-            raise ValueError(f"unknown code group {group!r}; the groups: {', '.join(GROUPS)}")
-        starts = [self.stage_unit(stage) for stage in GROUPS[group]]
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}; the stages: {', '.join(STAGES)}")
+        starts = [self.stage_unit(stage)]
         if method is not None:
             starts += [(module, WHOLE) for module in self.method_modules(method)]
         if report is not None:
             starts += [(module, WHOLE) for module in self.report_modules(report)]
         return self.closure(starts)
 
-    def hash(self, group: str, method: str | None = None, report: str | None = None) -> str:
+    def hash(self, stage: str, method: str | None = None, report: str | None = None) -> str:
         h = hashlib.sha256()
         for module, name in sorted(
-            self.group_units(group, method, report), key=lambda u: (u[0], u[1] or "")
+            self.job_units(stage, method, report), key=lambda u: (u[0], u[1] or "")
         ):
             h.update(f"{module}:{name or ''} {self.units(module)[name].digest}\n".encode())
         return h.hexdigest()[:16]
@@ -287,11 +269,11 @@ def package_index() -> CodeIndex:
 
 
 @functools.cache
-def code_hash(group: str, method: str | None = None, report: str | None = None) -> str:
-    """The hash of the code a job of ``group`` runs; ``method``: the cell's method, whose folder
+def code_hash(stage: str, method: str | None = None, report: str | None = None) -> str:
+    """The hash of the code a job of ``stage`` runs; ``method``: the cell's method, whose folder
     counts for its own jobs only; ``report``: the study whose report package a report job runs
     (the report stage imports it by name)."""
-    return package_index().hash(group, method, report)
+    return package_index().hash(stage, method, report)
 
 
 def stage_modules() -> list[str]:

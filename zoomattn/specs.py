@@ -28,14 +28,15 @@ class Specs:
         """Where a model job of this resource kind runs, in which dtype (zoomattn/placement.py)."""
         return plan(self.cfg, kind).as_spec()
 
-    def _model_job(self, model: str | None = None) -> dict:
-        """What every evaluation-kind job of a model shares (a base: no method code)."""
+    def _model_job(self, stage: str, model: str | None = None) -> dict:
+        """What every evaluation-kind job of a model shares (a base: no method code), and the hash
+        of its stage's code."""
         method = self.grid.method(model) if model else None
         return {
             "preset": self.preset,
             "quantization": self.cfg["finetune"]["quantization"],
             "device": self._device("evaluate"),
-            "code": code_hash("evaluate", method),
+            "code": code_hash(stage, method),
         }
 
     # ---- data ---------------------------------------------------------------------------------
@@ -44,24 +45,32 @@ class Specs:
         return {
             "preset": self.preset,
             "world_seed": self.cfg["world_seed"],
-            "code": code_hash("data"),
+            "code": code_hash("world"),
             "data": {"n_entities": d["n_entities"], "n_famous": d["n_famous"]},
         }
 
     def _data(self, n_eval: int) -> dict:
-        """What a data job of the grid's scale reads: the world (synthetic) or the builders."""
+        """What a data job of the grid's scale reads: the world (synthetic) or the builders (the
+        job's own code hash is set by ``train_data``/``eval_data``)."""
         if self.synthetic:
             world = self.world()
             return {**world, "data": {**world["data"], "n_eval": n_eval}}
         return {
             "preset": self.preset,
             "world_seed": self.cfg["world_seed"],
-            "code": code_hash("sources"),
             "data": {"n_eval": n_eval},
         }
 
     def train_data(self, train_set: str) -> dict:
         """The shared training set (the preset's ``data``), or a study's at one placement."""
+        return {**self._train_data(train_set), "code": code_hash("train-data")}
+
+    def eval_data(self, benchmark: str, split: str) -> dict:
+        """An eval set: a shared benchmark at a noise ratio, or a study's set (golden documents
+        plus hard distractors) at a placement, noise ratio or passage setting."""
+        return {**self._eval_data(benchmark, split), "code": code_hash("eval-data")}
+
+    def _train_data(self, train_set: str) -> dict:
         study, placement = self.grid.train_sets[train_set]
         if not study.kind.shared_data:
             return {
@@ -73,9 +82,7 @@ class Specs:
             return {**spec, "data": {"train": self.cfg["data"]["train"]}}
         return {**self.world(), "data": self.cfg["data"], "benchmarks": study.benchmarks}
 
-    def eval_data(self, benchmark: str, split: str) -> dict:
-        """An eval set: a shared benchmark at a noise ratio, or a study's set (golden documents
-        plus hard distractors) at a placement, noise ratio or passage setting."""
+    def _eval_data(self, benchmark: str, split: str) -> dict:
         study = self.grid.study_of_benchmark(benchmark)
         s = study.split(benchmark, split)
         if not study.kind.shared_data:
@@ -110,7 +117,7 @@ class Specs:
         return {
             "preset": self.preset,
             "base_model": self.grid.bases[base],
-            "code": code_hash("base"),
+            "code": code_hash("base-model"),
         }
 
     def finetune(self, model: str) -> dict:
@@ -137,7 +144,7 @@ class Specs:
             "model": model,
             "seed": m.seed,
             "method_config": m.values,
-            "code": code_hash("select", m.method),
+            "code": code_hash("select-heads", m.method),
         }
 
     # ---- evaluations and analyses -------------------------------------------------------------
@@ -145,7 +152,7 @@ class Specs:
         study = self.grid.study_of_benchmark(benchmark)
         s = study.split(benchmark, split)
         spec = {
-            **self._model_job(model),
+            **self._model_job("evaluate", model),
             "model": model,
             "benchmark": benchmark,
             "metric": study.benchmarks[benchmark]["metric"],
@@ -163,7 +170,7 @@ class Specs:
     def attention(self, model: str) -> dict:
         att = self.grid.analysis("attention").block["attention"]
         return {
-            **self._model_job(model),
+            **self._model_job("attention", model),
             "model": model,
             "benchmark": att["benchmark"],
             "noise_ratio": att["noise_ratio"],
@@ -175,7 +182,7 @@ class Specs:
         study = self.grid.analysis("score_margin")
         benchmark, split = study.analysis_set("score_margin")
         return {
-            **self._model_job(),
+            **self._model_job("score-margin"),
             "model": base,
             "benchmark": benchmark,
             "placement": split.placement,
@@ -185,7 +192,7 @@ class Specs:
     def retrieval_heads(self, model: str) -> dict:
         block = self.grid.analysis("retrieval_heads").block
         return {
-            **self._model_job(model),
+            **self._model_job("retrieval-heads", model),
             "model": model,
             "retrieval_heads": block["retrieval_heads"],
         }
@@ -194,7 +201,7 @@ class Specs:
         study = self.grid.analysis("head_masking")
         benchmark, _ = study.analysis_set("head_masking")
         return {
-            **self._model_job(model),
+            **self._model_job("head-masking", model),
             "model": model,
             "benchmark": benchmark,
             "metric": study.benchmarks[benchmark]["metric"],
@@ -204,7 +211,11 @@ class Specs:
 
     def head_patterns(self, model: str) -> dict:
         block = self.grid.analysis("head_patterns").block
-        return {**self._model_job(model), "model": model, "head_patterns": block["head_patterns"]}
+        return {
+            **self._model_job("head-patterns", model),
+            "model": model,
+            "head_patterns": block["head_patterns"],
+        }
 
     # ---- reports ------------------------------------------------------------------------------
     def report(self, name: str) -> dict:
