@@ -5,7 +5,7 @@ method entries, the studies' benchmarks and analyses). Every error names the off
 
 from __future__ import annotations
 
-from zoomattn.methods import METHODS, cells
+from zoomattn.methods import METHODS, cells, method_of
 from zoomattn.studies import Study, placements
 
 
@@ -69,7 +69,7 @@ def check_config(cfg: dict, where: str) -> None:
 
 def _check_methods(methods: dict, where: str) -> None:
     for name, values in methods.items():
-        method = (values or {}).get("method", name)
+        method = method_of(name, values)
         if method not in METHODS:
             raise ConfigError(f"{where}.{name}: no method {method!r} (known: {', '.join(METHODS)})")
         try:
