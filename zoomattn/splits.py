@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-PLACEMENTS = ("vanilla", "reverse")
+from zoomattn.data.records import PLACEMENTS  # the question after / before the documents
 
 # (name prefix, field, type, the regex of its value): r<noise ratio>, n<passages>, irr<share>
 _FORMS = (
