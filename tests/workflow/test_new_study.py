@@ -92,7 +92,7 @@ def add_toy_study(wd: Path) -> Path:
     raw = yaml.safe_load((wd / "config.yaml").read_text())
     raw["presets"]["smoke"]["studies"]["toy"] = TOY_BLOCK
     override = wd / "toy.yaml"
-    override.write_text(yaml.safe_dump(raw))
+    override.write_text(yaml.safe_dump(raw, sort_keys=False))  # the one change, in order
     return override
 
 

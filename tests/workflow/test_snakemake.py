@@ -82,7 +82,7 @@ def test_changing_one_k_reruns_only_that_k_its_evaluations_and_the_report(workdi
     override = tmp_path / "k.yaml"
     raw = yaml.safe_load((workdir / "config.yaml").read_text())
     raw["presets"]["smoke"]["studies"]["opamp"]["methods"]["opamp"]["K"] = [5, "inf"]
-    override.write_text(yaml.safe_dump(raw))
+    override.write_text(yaml.safe_dump(raw, sort_keys=False))  # the one change, in order
     jobs = planned_jobs(workdir, "--configfile", str(override))
     rules = sorted({r for r, _ in jobs})
     assert rules == sorted([*ANALYSES, "attention", "report[opamp]", "retrieval_heads"])
@@ -218,7 +218,7 @@ def test_changing_one_xi_reruns_only_that_xis_jobs_and_the_rectification_report(
     override = tmp_path / "xi.yaml"
     raw = yaml.safe_load((workdir / "config.yaml").read_text())
     raw["presets"]["smoke"]["studies"]["rectification"]["methods"]["rectify"]["xi"] = [5]
-    override.write_text(yaml.safe_dump(raw))
+    override.write_text(yaml.safe_dump(raw, sort_keys=False))  # the one change, in order
     jobs = planned_jobs(workdir, "--configfile", str(override))
     assert sorted({r for r, _ in jobs}) == sorted(
         [*ANALYSES, "attention", "report[rectification]", "retrieval_heads"]
@@ -321,7 +321,7 @@ def test_changing_one_lkg_ablation_reruns_only_that_models_jobs_and_the_reports(
     override = tmp_path / "lkg.yaml"
     raw = yaml.safe_load((workdir / "config.yaml").read_text())
     raw["presets"]["smoke"]["studies"]["lkg"]["methods"]["lkg_no_lpr"]["alpha_init"] = 0.5
-    override.write_text(yaml.safe_dump(raw))
+    override.write_text(yaml.safe_dump(raw, sort_keys=False))  # the one change, in order
     jobs = planned_jobs(workdir, "--configfile", str(override))
     assert sorted({r for r, _ in jobs}) == sorted([*ANALYSES, "attention", "retrieval_heads"])
     touched = {w.get("trained") or w.get("model") for r, w in jobs if w}
