@@ -11,6 +11,9 @@ golden         list[int]         indices into ``documents`` of the ones holding 
 question       str               the current question (a conversation's last user turn)
 history        list[[str, str]]  earlier (question, answer) turns of a conversation
 answers        list[str]         gold answers; the first one is the training target
+answer_groups  list[list[str]]   per QA pair (one disambiguation of the question), its
+                                 short-answer aliases: ALCE's STR-EM counts a pair found when
+                                 any alias is; ``[]`` when the dataset has none (ASQA has)
 options        list[str]         answer choices of a multiple-choice task, else empty
 instruction    str               the task's instruction, read before the documents ("" if none)
 noise_ratio    float             share of noise among the documents (1: all noise, no golden)
@@ -30,6 +33,7 @@ FIELDS = {
     "question": str,
     "history": list,
     "answers": list,
+    "answer_groups": list,
     "options": list,
     "instruction": str,
     "noise_ratio": float,
@@ -53,6 +57,7 @@ def arrow_features():
             "question": Value("string"),
             "history": Sequence(Sequence(Value("string"))),
             "answers": Sequence(Value("string")),
+            "answer_groups": Sequence(Sequence(Value("string"))),
             "options": Sequence(Value("string")),
             "instruction": Value("string"),
             "noise_ratio": Value("float64"),
@@ -71,6 +76,7 @@ def make_record(
     family: str,
     question: str,
     answers: list[str],
+    answer_groups: list[list[str]] = (),
     documents: list[str] = (),
     golden: list[int] = (),
     subset: str = "",
@@ -89,6 +95,7 @@ def make_record(
         "question": question,
         "history": [list(t) for t in history],
         "answers": list(answers),
+        "answer_groups": [list(g) for g in answer_groups],
         "options": list(options),
         "instruction": instruction,
         "noise_ratio": float(noise_ratio),
@@ -114,6 +121,9 @@ def check_record(record: dict, where: str) -> dict:
     for name in ("documents", "answers", "options"):
         if not all(isinstance(x, str) for x in record[name]):
             raise RecordError(f"{where}: field {name!r} must hold strings only")
+    groups = record["answer_groups"]
+    if not all(isinstance(g, list) and all(isinstance(a, str) for a in g) for g in groups):
+        raise RecordError(f"{where}: field 'answer_groups' must hold lists of strings")
     if not record["answers"]:
         raise RecordError(f"{where}: field 'answers' is empty")
     bad = [g for g in record["golden"] if not 0 <= g < len(record["documents"])]

@@ -134,8 +134,10 @@ def build_asqa(root: Path, options: dict, rng: random.Random) -> list[dict]:
     pair. Questions where no doc holds any pair are skipped (except with ``top_k``).
 
     Options as the DPR builders: ``limit``, ``distractors`` / ``noise_ratio`` / ``top_k``, ``file``.
-    Answers: the long answer (the training target), then every short answer of every pair; the
-    paper's metric (STR-EM) is the share of pairs whose short answers appear in the prediction.
+    Answers: the long answer (the training target), then every short answer of every pair.
+    ``answer_groups``: the short answers of each pair, as the file gives them; the paper's metric
+    (ALCE's STR-EM, ``official.alce_str_em``) is the share of pairs some short answer of which
+    appears in the prediction.
     """
     name = "asqa"
     check_options(name, options, ("split", "file", "limit", *CONTEXT_OPTIONS))
@@ -159,9 +161,9 @@ def build_asqa(root: Path, options: dict, rng: random.Random) -> list[dict]:
         gold = sorted(set(firsts))
         if plan.top_k is None and not gold:
             continue
-        items.append((sample_id, question, answers, docs, gold))
+        items.append((sample_id, question, answers, groups, docs, gold))
     records = []
-    for sample_id, question, answers, docs, gold in limit_items(name, options, items, rng):
+    for sample_id, question, answers, groups, docs, gold in limit_items(name, options, items, rng):
         context = plan.assemble(
             [docs[i][0] for i in gold],
             [doc for doc, held in docs if not held],
@@ -174,6 +176,7 @@ def build_asqa(root: Path, options: dict, rng: random.Random) -> list[dict]:
                 family="open",
                 question=question,
                 answers=answers,
+                answer_groups=groups,
                 **context,
             )
         )
