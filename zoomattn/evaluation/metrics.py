@@ -106,6 +106,11 @@ def _letter_choices(reply: str, option_texts: list[str]) -> list[int | None]:
     return choices
 
 
+def names_a_letter(prediction: str, options: list[str]) -> bool:
+    """Whether the reply names an option by its letter (consistent or not)."""
+    return bool(_letter_choices(prediction.strip(), [normalize_answer(o) for o in options]))
+
+
 def chosen_option(prediction: str, options: list[str]) -> int | None:
     """Index of the option a reply commits to, or None (no choice, or a contradictory one).
 

@@ -47,6 +47,7 @@ from zoomattn.data.sources.common import (
     read_parquet,
     str_list,
 )
+from zoomattn.evaluation.metrics import chosen_option, names_a_letter
 
 SUBSETS = ("unanswerable", "inconsistent", "counterfactual")
 HUB_IDS = {s: f"Salesforce/FaithEval-{s}-v1.0" for s in SUBSETS}
@@ -99,18 +100,16 @@ def _normalize(s: str) -> str:
     return " ".join(_ARTICLES.sub(" ", s).split())
 
 
-# A letter answer: "B", "B.", "B)", "B: ...", "(B) ..." at the start of the prediction.
-_LETTER = re.compile(r"\s*\(?([A-Z])(?:[).:]|\s*$)")
-
-
 def faitheval_correct(prediction: str, record: dict, strict: bool = False) -> bool:
     """FaithEval's scoring of one prediction for a record of this module.
 
     unanswerable / inconsistent (official README rule): correct when the normalised prediction
     contains one of the valid phrases as a substring (so "not" also matches "cannot"); ``strict``
     uses the strict list ("unknown" / "conflict"). counterfactual (no official snippet; the common
-    rule of FaithEval evaluations): correct when the prediction answers with the gold letter
-    ("B", "B.", "(B) ...") or contains the gold choice text (normalised, on word boundaries).
+    rule of FaithEval evaluations): correct when the reply commits to the gold option as
+    multiple-choice accuracy reads it ("B", "(B) wood", "Answer: B", "b", the option's text;
+    ``metrics.chosen_option``), or names no letter and contains the gold choice text (normalised,
+    on word boundaries). A letter followed by another option's text is wrong.
     """
     subset = record["subset"]
     pred = _normalize(prediction)
@@ -118,11 +117,12 @@ def faitheval_correct(prediction: str, record: dict, strict: bool = False) -> bo
         phrases = VALID_PHRASES[subset][:1] if strict else VALID_PHRASES[subset]
         return any(_normalize(p) in pred for p in phrases)
     if subset == "counterfactual":
-        text, letter = record["answers"][0], record["answers"][1]
-        chosen = _LETTER.match(prediction)
-        if chosen and chosen.group(1) == letter:
+        options, letter = record["options"], record["answers"][1]
+        if chosen_option(prediction, options) == LETTERS.index(letter):
             return True
-        return has_phrase(pred, _normalize(text))
+        return not names_a_letter(prediction, options) and has_phrase(
+            pred, _normalize(record["answers"][0])
+        )
     raise ValueError(f"record {record.get('id')!r}: subset {subset!r} is not a FaithEval subset")
 
 
