@@ -14,6 +14,9 @@ from tests.data.sources.chat_faith_fixtures import (
 )
 from zoomattn.data.sources.chat_faith import faitheval_correct, faitheval_instruction
 from zoomattn.data.sources.common import SourceError
+from zoomattn.evaluation.metrics import METRICS
+from zoomattn.evaluation.official import RULES
+from zoomattn.modeling.chat import user_text
 
 # --- FaithEval: content --------------------------------------------------------------------------
 
@@ -165,5 +168,17 @@ def test_faitheval_correct_uses_the_official_substring_rules(tmp_path):
     assert faitheval_correct("The answer is wood.", cf)
     assert not faitheval_correct("A", cf) and not faitheval_correct("rubber", cf)
     assert not faitheval_correct("Bwoodpecker", cf)
+    assert faitheval_correct("Answer: B", cf) and faitheval_correct("b", cf)
+    assert not faitheval_correct("B) rubber", cf)  # letter B, text of A
+    assert not faitheval_correct("A) wood", cf)  # letter A, text of B
     with pytest.raises(ValueError, match="not a FaithEval subset"):
         faitheval_correct("x", {"id": "r", "subset": "coqa", "answers": ["x"]})
+
+
+def test_counterfactual_letter_is_the_one_the_prompt_shows_beside_the_gold_choice(tmp_path):
+    write_faitheval(tmp_path, "counterfactual")
+    for record in faitheval(tmp_path, "counterfactual"):  # letter, digit and mixed labels
+        text, letter = record["answers"]
+        assert f"{letter}. {text}" in user_text(record)
+        assert METRICS["acc"](letter, record) == 1.0
+        assert RULES["faitheval_opamp"].score(letter, record) == 1.0

@@ -14,6 +14,9 @@ from tests.data.sources.long_context_fixtures import (
     write_zip,
 )
 from zoomattn.data.sources.common import chunk_text
+from zoomattn.evaluation.metrics import METRICS
+from zoomattn.evaluation.official import RULES
+from zoomattn.modeling.chat import user_text
 
 # ---- NarrativeQA -------------------------------------------------------------------------
 
@@ -119,3 +122,15 @@ def test_quality_bad_fields_raise_naming_file_row_and_field(tmp_path):
     write_parquet(path, [row])
     raises([f"{path} row 0", "'hard' missing"], "quality", tmp_path)
     raises(["quality", "'noise_ratio'"], "quality", tmp_path, noise_ratio=0.8)
+
+
+def test_quality_letter_is_the_one_the_prompt_shows_beside_the_gold_option(tmp_path):
+    rows = [quality_row("Why?", answer, True) for answer in range(4)]
+    write_parquet(tmp_path / "data" / "validation-00000-of-00001.parquet", rows)
+    records = build("quality", tmp_path)
+    assert [r["answers"][1] for r in records] == ["A", "B", "C", "D"]
+    for record in records:
+        text, letter = record["answers"]
+        assert f"{letter}. {text}" in user_text(record)
+        assert METRICS["acc"](f"({letter.lower()})", record) == 1.0
+        assert RULES["mc_acc"].score(f"Answer: {letter}", record) == 1.0

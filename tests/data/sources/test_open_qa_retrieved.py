@@ -11,6 +11,8 @@ import pytest
 
 from tests.data.sources.open_qa_fixtures import ASQA, HAMLET, NQ, build, ctx, doc, lkg_rows
 from zoomattn.data.sources.common import SourceError
+from zoomattn.evaluation.metrics import METRICS
+from zoomattn.evaluation.official import RULES
 
 # --- DPR retriever results (NQ, TriviaQA) ------------------------------------------------------
 
@@ -136,6 +138,21 @@ def test_asqa_gold_is_the_first_doc_per_qa_pair_and_noise_the_first_docs_without
     assert [bridge["documents"][g] for g in bridge["golden"]] == [
         doc("Bridge", "It opened in the thirties.")
     ]
+
+
+def test_asqa_keeps_each_qa_pair_s_short_answers_as_a_group(tmp_path):
+    (tmp_path / "asqa_eval_dpr_top100.json").write_text(json.dumps(ASQA))
+    goals, _ = build("asqa", tmp_path)
+    assert goals["answer_groups"] == [["Ali Daei"], ["Cristiano Ronaldo", "Ronaldo"]]
+    # ALCE's STR-EM counts both pairs found (one alias each); the flat list misses the long
+    # answer and "Cristiano Ronaldo"
+    prediction = "Ali Daei, then Ronaldo."
+    assert RULES["alce_str_em"].score(prediction, goals) == 1.0
+    assert METRICS["str_em"](prediction, goals) == 0.5
+
+
+def test_dpr_records_have_no_answer_groups(nq_dir):
+    assert all(r["answer_groups"] == [] for r in build("dpr_nq", nq_dir))
 
 
 def test_asqa_reads_the_file_inside_alce_data_tar(tmp_path):
