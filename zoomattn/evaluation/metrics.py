@@ -2,7 +2,7 @@
 
 EM (OpAmp): the normalised prediction equals a normalised gold answer. PM: LongBench's token F1.
 contains (rectification's EM): the prediction contains a gold answer; str_em: the share of gold
-answers it contains (ASQA).
+answers it contains (ASQA; the published columns' rules are in official.py).
 Acc: for a multiple-choice record (``options``), the option the reply commits to; otherwise EM.
 faitheval: FaithEval's official rule (data/sources/chat_faith_faitheval.py). A metric scores one
 prediction against its record: ``METRICS[name](prediction, record) -> float``.
@@ -165,8 +165,8 @@ def contains_answer(prediction: str, answers: list[str]) -> float:
 
 
 def answer_recall(prediction: str, answers: list[str]) -> float:
-    """ASQA's STR-EM over a flat answer list: the share of gold short answers the prediction
-    contains (ALCE groups them per disambiguated question; our records keep one flat list)."""
+    """The share of the gold answers the prediction contains (whole words), over the flat list.
+    Not ALCE's STR-EM, which counts QA pairs (any alias) by substring: ``official.alce_str_em``."""
     return sum(_contains(prediction, a) for a in answers) / len(answers)
 
 
