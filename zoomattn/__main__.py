@@ -172,6 +172,10 @@ def _add_user_commands(sub) -> None:
         p.add_argument("--preset", help="the run's preset, as --config preset=NAME sets it")
         if name == "regenerate":
             p.add_argument("--out", type=Path, required=True, help="where the report goes")
+        else:
+            p.add_argument(
+                "--show", action="store_true", help="also print the effective config (YAML)"
+            )
 
 
 def _add_internal_commands(sub) -> None:
@@ -216,7 +220,12 @@ def _run_user_command(command: str, args: dict) -> None:
         elif command == "check-config":
             cfg = load_config(read_configs(args["config"], args["preset"]))
             files = " + ".join(map(str, args["config"]))
-            print(f"{files}: valid; preset {cfg['preset']}, results in {cfg['out']}")
+            protocol = f" (protocol {cfg['protocol']})" if "protocol" in cfg else ""
+            print(f"{files}: valid; preset {cfg['preset']}{protocol}, results in {cfg['out']}")
+            if args["show"]:
+                import yaml
+
+                print(yaml.safe_dump(cfg, sort_keys=False), end="")
         else:
             from zoomattn.stages import regenerate
 

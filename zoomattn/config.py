@@ -83,13 +83,15 @@ def _typed_readings(text: str) -> list:
 
 
 def load_config(raw: dict, schema_path: Path = SCHEMA) -> dict:
-    """Validated, preset-merged effective config (the input dict is not modified)."""
+    """Validated, preset-merged effective config (the input dict is not modified). A preset with
+    ``protocols`` has the overlay its ``protocol`` names merged into it first; the effective config
+    keeps the name as ``protocol``."""
     check_shape(raw)
     validate_schema(raw, schema_path)
     preset = raw["preset"]
     if preset not in raw["presets"]:
         raise ConfigError(f"config.preset: no preset named {preset!r} under config.presets")
-    over = copy.deepcopy(raw["presets"][preset])
+    over = with_protocol(raw, preset, schema_path)
     cfg = {k: copy.deepcopy(v) for k, v in raw.items() if k != "presets"}
     # a preset's study block replaces the grid's block of that study whole; its other keys
     # replace the grid's keys of the same name
@@ -98,6 +100,34 @@ def load_config(raw: dict, schema_path: Path = SCHEMA) -> dict:
     check_config(cfg, f"config.presets.{preset}")
     cfg["out"] = str(Path(cfg["results"]) / preset)
     return with_defaults(cfg)
+
+
+def with_protocol(raw: dict, preset: str, schema_path: Path = SCHEMA) -> dict:
+    """A copy of the preset with its chosen protocol's overlay merged in (``merge_configs``). Every
+    overlay is validated as part of its preset, so a typo in the one not chosen fails too."""
+    block = copy.deepcopy(raw["presets"][preset])
+    where = f"config.presets.{preset}"
+    name, overlays = block.pop("protocol", None), block.pop("protocols", None)
+    if overlays is None:
+        if name is not None:
+            raise ConfigError(
+                f"{where}.protocol: {name!r} chosen, but {where}.protocols is not set"
+            )
+        return block
+    if name not in overlays:
+        raise ConfigError(
+            f"{where}.protocol: {'no protocol chosen' if name is None else repr(name)}; "
+            f"choose one of {where}.protocols: {', '.join(sorted(overlays))}"
+        )
+    merged = {}
+    for each, overlay in overlays.items():
+        merged[each] = merge_configs(block, overlay)
+        trial = {**raw, "presets": {**raw["presets"], preset: merged[each]}}
+        try:
+            validate_schema(trial, schema_path)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (with {where}.protocols.{each} merged in)") from None
+    return {**merged[name], "protocol": name}
 
 
 def read_yaml(path: str | Path) -> dict:

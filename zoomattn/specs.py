@@ -41,6 +41,7 @@ class Specs:
         return {
             "preset": self.preset,
             "quantization": self.cfg["finetune"]["quantization"],
+            "evaluation_base": self.cfg["evaluation"].get("base", "quantized"),
             "device": self._device("evaluate"),
             "code": code_hash(stage, method),
         }

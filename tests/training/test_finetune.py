@@ -295,3 +295,63 @@ def test_mudaf_with_alpha_0_is_vanilla_sft(tmp_path, train_dir, base_dir):
     a = load_file(tmp_path / "vanilla" / "model.safetensors")
     b = load_file(tmp_path / "a0" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("total,ratio", [(100, 0.03), (40, 0.1), (12, 0.0)])
+def test_cosine_schedule_after_the_warm_up_is_transformers_get_cosine_schedule_with_warmup(
+    total, ratio
+):
+    from torch.optim.lr_scheduler import LambdaLR
+    from transformers import get_cosine_schedule_with_warmup
+
+    warmup = max(1, round(total * ratio))
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    hf: LambdaLR = get_cosine_schedule_with_warmup(opt, warmup, total)
+    for step in (warmup, warmup + 1, total // 2, total - 2, total - 1):
+        want = hf.lr_lambdas[0](step)
+        assert lr_factor(step, total, ratio, "cosine") == pytest.approx(want, abs=1e-12), step
+    # the warm-up is ours, as the constant schedule's: one step ahead of transformers' s / w
+    for step in range(warmup):
+        assert lr_factor(step, total, ratio, "cosine") == lr_factor(step, total, ratio)
+        assert lr_factor(step, total, ratio, "cosine") == pytest.approx(hf.lr_lambdas[0](step + 1))
+    assert lr_factor(total, total, ratio, "cosine") == pytest.approx(0.0, abs=1e-12)  # 0 at the end
+
+
+def test_an_unknown_lr_schedule_is_refused_naming_the_key():
+    with pytest.raises(ValueError, match="finetune.lr_schedule: one of constant, cosine"):
+        lr_factor(0, 10, 0.1, "linear")
+
+
+def test_gradients_are_clipped_to_max_grad_norm(tmp_path, train_dir, base_dir, monkeypatch):
+    seen = []
+    clip = torch.nn.utils.clip_grad_norm_
+
+    def recording(params, max_norm, *args, **kwargs):
+        seen.append(max_norm)
+        return clip(params, max_norm, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", recording)
+    cell = _cell(steps=2)
+    cell["finetune"]["max_grad_norm"] = 0.5
+    finetune(cell, _cfg(cell), train_dir, base_dir, tmp_path / "a", tmp_path / "ckpt", 1)
+    del cell["finetune"]["max_grad_norm"]  # a cell without the key: the schema's default
+    finetune(cell, _cfg(cell), train_dir, base_dir, tmp_path / "b", tmp_path / "ckpt_b", 1)
+    assert seen == [0.5, 0.5, 1.0, 1.0]
+
+
+def test_the_cosine_schedule_sets_the_optimizer_learning_rate_each_step(
+    tmp_path, train_dir, base_dir, monkeypatch
+):
+    lrs = []
+    step = torch.optim.AdamW.step
+
+    def recording(self, *args, **kwargs):
+        lrs.append(self.param_groups[0]["lr"])
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording)
+    cell = _cell(steps=4)
+    cell["finetune"]["lr_schedule"] = "cosine"
+    finetune(cell, _cfg(cell), train_dir, base_dir, tmp_path / "a", tmp_path / "ckpt", 1)
+    want = [1e-3 * lr_factor(s, 4, 0.2, "cosine") for s in range(4)]
+    assert lrs == pytest.approx(want) and lrs[-1] < lrs[1]

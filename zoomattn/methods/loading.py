@@ -87,10 +87,25 @@ def load_finetuned(
     return model.eval()
 
 
+def load_unquantized_merged(model_dir: str | Path, base_path, placement: Placement = CPU):
+    """The LoRA merged into the unquantised base, in the placement's dtype (bf16 on CUDA), with
+    the method's modules: how the OpAmp authors evaluate (``merge_lora.py``: the bf16 base,
+    ``merge_and_unload``), not the 4-bit weights the LoRA was trained against."""
+    from peft import PeftModel
+
+    model_dir = Path(model_dir)
+    model = PeftModel.from_pretrained(load_base(base_path, placement=placement), model_dir)
+    _attach_saved_zoom(unwrap(model), model_dir)
+    return model.merge_and_unload().eval()
+
+
 def load_merged(merged_dir: str | Path, placement: Placement = CPU):
     model = load_base(merged_dir, placement=placement)
     _attach_saved_zoom(model, Path(merged_dir))
     return model.eval()
+
+
+EVAL_BASES = ("quantized", "unquantized")  # evaluation.base
 
 
 def load_for_eval(
@@ -98,15 +113,26 @@ def load_for_eval(
     base_dir: str | Path,
     quantization: dict | None,
     placement: Placement = CPU,
+    base: str = "quantized",
 ):
     """The base itself, a fine-tuned model's merged evaluation copy, a fully tuned model (plain
     weights + method.json, unquantised as trained), or base + LoRA + method; on the placement's
-    device, reported to the job's log and MLflow run."""
+    device, reported to the job's log and MLflow run.
+
+    ``base`` (``evaluation.base``) says which base weights a hub base and a LoRA model are
+    evaluated on: ``quantized``, the 4-bit ones fine-tuning saw (or the merged copy of them that
+    ``export_merged`` saved); ``unquantized``, the base's own weights in the placement's dtype,
+    the LoRA merged into them. A fully tuned model and our tiny base are unquantised either way.
+    """
+    if base not in EVAL_BASES:
+        raise ValueError(f"evaluation.base: one of {', '.join(EVAL_BASES)}, got {base!r}")
     model_dir = Path(model_dir)
     if model_dir.resolve() == Path(base_dir).resolve():
         # A hub base is evaluated as fine-tuning sees it (4-bit); our tiny base unquantised.
-        from_hub = (model_dir / BASE_FILE).is_file()
+        from_hub = (model_dir / BASE_FILE).is_file() and base == "quantized"
         model = load_base(base_dir, quantization if from_hub else None, placement).eval()
+    elif (model_dir / ADAPTER_FILE).exists() and base == "unquantized":
+        model = load_unquantized_merged(model_dir, base_dir, placement)
     elif (model_dir / MERGED_DIR).exists():
         model = load_merged(model_dir / MERGED_DIR, placement)
     elif (model_dir / "config.json").is_file() and not (model_dir / ADAPTER_FILE).exists():

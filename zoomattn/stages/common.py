@@ -8,7 +8,9 @@ from pathlib import Path
 
 def load_model(spec: dict, model_dir: Path, base_dir: Path, threads: int):
     """The model and its tokenizer: the model directory's own when fine-tuning saved one (a method
-    that adds tokens, LKG-RALM's boundary markers), else the base's."""
+    that adds tokens, LKG-RALM's boundary markers), else the base's. The spec's
+    ``evaluation_base`` (the preset's ``evaluation.base``) picks the base weights a LoRA model is
+    evaluated on (``methods.loading.load_for_eval``)."""
     import torch
 
     from zoomattn.methods.loading import load_for_eval
@@ -20,7 +22,8 @@ def load_model(spec: dict, model_dir: Path, base_dir: Path, threads: int):
     own = (Path(model_dir) / "tokenizer_config.json").is_file()
     tok = load_tokenizer(model_dir if own else base_dir)
     placement = Placement.from_spec(spec.get("device"))
-    return load_for_eval(model_dir, base_dir, spec["quantization"], placement), tok
+    base = spec.get("evaluation_base", "quantized")  # a spec built by hand may leave it out
+    return load_for_eval(model_dir, base_dir, spec["quantization"], placement, base), tok
 
 
 def clear_checkpoints(ckpt: Path) -> None:

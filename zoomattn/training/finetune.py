@@ -10,6 +10,7 @@ that tokenizer saved with the model.
 from __future__ import annotations
 
 import logging
+import math
 import random
 from pathlib import Path
 
@@ -28,8 +29,8 @@ from zoomattn.modeling.loading import (
 )
 from zoomattn.placement import Placement
 from zoomattn.training.answer_loss import AnswerLoss
-from zoomattn.training.batching import encode_example
 from zoomattn.training.checkpoint import Checkpointer, job_identity
+from zoomattn.training.overlong import fit_examples
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,26 @@ def make_optimizer(name: str, params, lr: float):
     return cls(params, lr=lr, weight_decay=0.0)
 
 
-def lr_factor(step: int, total: int, warmup_ratio: float) -> float:
-    """Linear warm-up over warmup_ratio of the steps, then constant (paper App. A)."""
+SCHEDULES = ("constant", "cosine")
+DEFAULTS = {"lr_schedule": "constant", "max_grad_norm": 1.0, "overlong": "drop"}  # the schema's
+
+
+def lr_factor(step: int, total: int, warmup_ratio: float, schedule: str = "constant") -> float:
+    """The learning rate of a step over the peak: a linear warm-up over warmup_ratio of the
+    steps, then constant (OpAmp App. A) or a cosine decay.
+
+    The cosine is transformers' ``get_cosine_schedule_with_warmup`` after the warm-up: at step s,
+    0.5·(1 + cos(π·(s − w)/(total − w))), which reaches 0 at step ``total`` (one past the last).
+    The warm-up is ours, shared by both: (s + 1)/w, so the first step does not run at 0 as
+    transformers' s/w does; w is round(total·ratio), at least 1 (transformers: the ceiling).
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"finetune.lr_schedule: one of {', '.join(SCHEDULES)}, got {schedule!r}")
     warmup = max(1, round(total * warmup_ratio))
-    return min(1.0, (step + 1) / warmup)
+    if step < warmup or schedule == "constant":
+        return min(1.0, (step + 1) / warmup)
+    progress = (step - warmup) / max(1, total - warmup)
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 def batch_indices(
@@ -74,18 +91,6 @@ def batch_indices(
     return batches[k]
 
 
-def _encode(tok, records: list[dict], max_length: int | None) -> tuple[list, list, int]:
-    """(records, encoded examples) kept in step, and how many were left out as too long."""
-    encoded = [encode_example(tok, r) for r in records]
-    if not max_length:
-        return records, encoded, 0
-    # the paper's sequence limit: longer examples are left out, not cut
-    keep = [i for i, e in enumerate(encoded) if len(e["input_ids"]) <= max_length]
-    dropped = len(records) - len(keep)
-    log.info("%d of %d examples exceed %d tokens: left out", dropped, len(records), max_length)
-    return [records[i] for i in keep], [encoded[i] for i in keep], dropped
-
-
 def finetune(
     cell: dict,
     method_cfg,
@@ -103,7 +108,7 @@ def finetune(
     included) on the same data and base; a resumed run first sends ``on_metrics`` the metrics
     logged before the interruption again. ``on_start`` gets the step training resumes from (0:
     from scratch)."""
-    ft = cell["finetune"]
+    ft = {**DEFAULTS, **cell["finetune"]}
     torch.manual_seed(cell["seed"])
     random.seed(cell["seed"])
     torch.set_num_threads(threads)
@@ -112,7 +117,9 @@ def finetune(
     if not isinstance(method_cfg, method.config_cls):
         raise TypeError(f"method_cfg: a {method.config_cls.__name__}, got {method_cfg!r}")
     own_tokenizer = method.prepare_tokenizer(tok, method_cfg)  # saved with the model
-    records, encoded, dropped = _encode(tok, load_split(data_dir), ft.get("max_length"))
+    records, encoded, dropped = fit_examples(
+        tok, load_split(data_dir), ft.get("max_length"), ft["overlong"]
+    )
     if not encoded:
         raise ValueError(f"{data_dir}: no training example fits finetune.max_length")
     lengths = [len(e["input_ids"]) for e in encoded]
@@ -145,9 +152,10 @@ def finetune(
             step=step,
         )
         metrics = objective.step(model, tok, batch)
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        torch.nn.utils.clip_grad_norm_(trainable, ft["max_grad_norm"])
+        factor = lr_factor(step, ft["steps"], ft["warmup_ratio"], ft["lr_schedule"])
         for group in optimizer.param_groups:
-            group["lr"] = ft["lr"] * lr_factor(step, ft["steps"], ft["warmup_ratio"])
+            group["lr"] = ft["lr"] * factor
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
