@@ -266,6 +266,9 @@ class Specs:
         grid = self.grid
         keys = ("study", "run", "entry", "method", "values", "seed", "placement")
         cells = {mid: {k: getattr(m, k) for k in keys} for mid, m in grid.models.items()}
+        for mid, m in grid.models.items():
+            if m.dataset:  # per_dataset: the benchmarks it answers for (the claims)
+                cells[mid]["dataset"] = m.dataset
         study = study or grid.studies.get("leaderboard")
         board = study.block if study else {}
         return {
