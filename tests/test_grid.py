@@ -60,7 +60,7 @@ def test_a_study_with_its_own_base_model_starts_from_it():
     grid = Grid(_cfg("paper"))
     assert list(grid.bases) == ["base", "base-rectification"]
     assert grid.studies["rectification"].base == "base-rectification"
-    assert grid.base_of("rectification/qlora-vanilla_s0") == "base-rectification"
+    assert grid.base_of("rectification/qlora-vanilla-dpr_nq_s0") == "base-rectification"
     assert grid.base_of("base-rectification") == "base-rectification"
     assert grid.method("mudaf/mudaf_weak_s0") == "mudaf" and grid.method("base") is None
 

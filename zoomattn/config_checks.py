@@ -110,7 +110,8 @@ def _check_study(cfg: dict, study: Study, taken: dict[str, str]) -> None:
                 f"{where}.benchmarks.{name}: a synthetic family needs base_model.source pretrain "
                 "(the world's tokenizer)"
             )
-    if "train" in block and ("n_train" in block["train"]) != synthetic:
+    per_dataset = study.datasets.scheme == "per_dataset"  # its own check, below
+    if not per_dataset and "train" in block and ("n_train" in block["train"]) != synthetic:
         raise ConfigError(
             f"{where}.train: a pretrained-here base trains on n_train/mix (the synthetic world), "
             "a hub base on dataset builders"
@@ -126,6 +127,8 @@ def _check_study(cfg: dict, study: Study, taken: dict[str, str]) -> None:
         named = [(f"benchmarks.{b}.source", s["source"]) for b, s in block["benchmarks"].items()]
         named += [(f"train.{b}", b) for b in block.get("train", {})]
         _check_builders([(f"studies.{study.name}.{key}", name) for key, name in named])
+    if per_dataset:
+        _check_per_dataset(study, synthetic, where)
     for key in ("attention", "retrieval_heads", "head_patterns", "robustness"):
         benchmark = (block.get(key) or {}).get("benchmark")  # masking uses retrieval_heads'
         if benchmark is not None and benchmark not in block["benchmarks"]:
@@ -161,6 +164,29 @@ def _check_scoring(spec: dict, where: str) -> None:
             f"{where}.decoding.seeds: greedy decoding (temperature 0) is one pass: give one seed "
             f"or none, not {len(seeds)}"
         )
+
+
+def _check_per_dataset(study: Study, synthetic: bool, where: str) -> None:
+    """Each per_dataset training set: named by a benchmark (else its models are evaluated on
+    nothing), synthetic (n_train, mix) at the synthetic scale, a builder's options at the
+    paper's, and a positive whole number of ``steps`` when it sets them."""
+    served = set(study.datasets.served_by.values())
+    for name, entry in study.block["train"].items():
+        if name not in served:
+            raise ConfigError(
+                f"{where}.train.{name}: no benchmark names this training set "
+                "(benchmarks.<name>.train): per_dataset would train models nothing evaluates"
+            )
+        if ("n_train" in entry) != synthetic:
+            raise ConfigError(
+                f"{where}.train.{name}: a pretrained-here base trains on n_train/mix (the "
+                "synthetic world), a hub base on dataset builders"
+            )
+        if synthetic and "mix" not in entry:
+            raise ConfigError(f"{where}.train.{name}: a synthetic training set needs a mix")
+        steps = entry.get("steps", 1)
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ConfigError(f"{where}.train.{name}.steps: a positive integer, got {steps!r}")
 
 
 def _check_needs(study: Study, analyses: set[str]) -> None:

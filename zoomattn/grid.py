@@ -55,6 +55,11 @@ class Grid:
         """Training set directory under ``data/`` -> (its study, its query placement)."""
         return {m.train_data: (self.studies[m.study], m.placement) for m in self.models.values()}
 
+    def dataset_of(self, train_set: str) -> str | None:
+        """The one training set a per_dataset data directory holds (None: a pooled or shared
+        set)."""
+        return next(m.dataset for m in self.models.values() if m.train_data == train_set)
+
     def study_of_benchmark(self, benchmark: str) -> Study:
         for s in self:
             if benchmark in s.benchmarks:

@@ -82,7 +82,7 @@ class Specs:
         if not study.kind.shared_data:
             return {
                 **self._study_data(study, Split(placement=placement)),
-                "train": study.block["train"],
+                "train": study.train_block(self.grid.dataset_of(train_set)),
             }
         if not self.synthetic:
             spec = self._data(self.cfg["data"]["n_eval"])
@@ -143,6 +143,8 @@ class Specs:
         }
         if not study.kind.shared_data:
             spec.update(study=m.study, placement=m.placement, base=m.base)
+        if m.dataset:  # per_dataset: the one training set it learns
+            spec["dataset"] = m.dataset
         return spec
 
     def select_heads(self, model: str) -> dict:
@@ -254,7 +256,10 @@ class Specs:
         }
 
     def _rectification_report(self, study: Study) -> dict:
-        return self._study_report(study, (*CELL_KEYS, "placement"))
+        keys = (*CELL_KEYS, "placement")
+        if study.datasets.scheme == "per_dataset":  # and each cell's one training set
+            keys += ("dataset",)
+        return self._study_report(study, keys)
 
     def _lkg_report(self, study: Study) -> dict:
         return self._study_report(study, (*CELL_KEYS, "entry"))  # Fig. 6's models, by entry
@@ -271,6 +276,9 @@ class Specs:
         grid = self.grid
         keys = ("study", "run", "entry", "method", "values", "seed", "placement")
         cells = {mid: {k: getattr(m, k) for k in keys} for mid, m in grid.models.items()}
+        for mid, m in grid.models.items():
+            if m.dataset:  # per_dataset: the benchmarks it answers for (the claims)
+                cells[mid]["dataset"] = m.dataset
         study = study or grid.studies.get("leaderboard")
         board = study.block if study else {}
         return {

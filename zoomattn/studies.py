@@ -12,6 +12,13 @@ Model ids name directories under ``models/`` and ``eval/``: ``<run>_s<seed>`` fo
 the shared data, else ``<study>/<run>-<placement>_s<seed>`` when the study has a query-placement
 axis (rectification) and ``<study>/<run>_s<seed>`` when not. A study starts from ``base``, or from
 ``base-<study>`` when its block names a ``base_model`` of its own.
+
+A study's block may set ``train_scheme``: ``pooled`` (the default) trains each cell once on every
+training set of its ``train:`` block together; ``per_dataset`` trains it once per training set, for
+that set's own ``steps`` when it names some, and evaluates each such model only on the benchmarks
+whose ``train:`` names its set (``<study>/<run>-<placement>-<set>_s<seed>``, data under
+``train-<study>/<placement>-<set>``). A benchmark with ``train: null`` is evaluated on the base
+only.
 """
 
 from __future__ import annotations
@@ -73,6 +80,7 @@ class Model:
     entry: str | None = None  # the study's ``methods:`` entry the cell comes from
     finetune: dict = field(default_factory=dict)  # the entry's own fine-tuning settings (lr)
     train_data: str = "train"  # its training set's directory under ``data/``
+    dataset: str | None = None  # per_dataset: the one training set it learns (None: all of them)
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,69 @@ def robustness_splits(block: dict) -> dict[str, list[Split]]:
     return {rob["benchmark"]: splits}
 
 
+SCHEMES = ("pooled", "per_dataset")
+BUDGET_KEYS = ("steps",)  # what a per_dataset training set may set of its fine-tune
+
+
+@dataclass(frozen=True)
+class Datasets:
+    """How a block trains: its scheme, each training set's own fine-tuning budget (per_dataset:
+    the sets that train models of their own) and the training set each benchmark names."""
+
+    scheme: str = "pooled"
+    budgets: dict = field(default_factory=dict)  # set -> {"steps": n} or {} (per_dataset only)
+    served_by: dict = field(default_factory=dict)  # benchmark -> set, None: the base only
+
+    @property
+    def names(self) -> list[str | None]:
+        """The training sets each cell trains once on: None alone for the pooled scheme."""
+        return list(self.budgets) if self.scheme == "per_dataset" else [None]
+
+
+def datasets(block: dict) -> Datasets:
+    """A block's ``train_scheme`` and the training set its benchmarks' ``train:`` name; a name
+    that is not one of ``train:``'s sets is an error under either scheme (``pooled`` trains one
+    model on them all, whatever a benchmark names)."""
+    scheme = block.get("train_scheme", "pooled")
+    if scheme not in SCHEMES:
+        raise ValueError(f"train_scheme: {scheme!r} is not one of {', '.join(SCHEMES)}")
+    train = block.get("train") or {}
+    served_by = {b: spec.get("train") for b, spec in block["benchmarks"].items() if "train" in spec}
+    if scheme == "pooled":
+        sets = list(train) if "n_train" not in train else []
+    else:
+        sets = _per_dataset_sets(block, train, served_by)
+    for benchmark, name in served_by.items():
+        if name is not None and name not in sets:
+            raise ValueError(
+                f"benchmarks.{benchmark}.train: {name!r} is not one of the study's training sets "
+                f"(train: {', '.join(sets) or 'none named'})"
+            )
+    if scheme == "pooled":
+        return Datasets(scheme, {}, served_by)
+    budgets = {s: {k: v for k, v in train[s].items() if k in BUDGET_KEYS} for s in sets}
+    return Datasets(scheme, budgets, served_by)
+
+
+def without_budget(entry: dict) -> dict:
+    return {k: v for k, v in entry.items() if k not in BUDGET_KEYS}
+
+
+def _per_dataset_sets(block: dict, train: dict, served_by: dict) -> list[str]:
+    if "n_train" in train or not all(isinstance(v, dict) for v in train.values()):
+        raise ValueError(
+            "train: per_dataset needs one entry per training set (set name -> its settings), "
+            f"not {train!r}"
+        )
+    missing = [b for b in block["benchmarks"] if b not in served_by]
+    if missing:
+        raise ValueError(
+            f"benchmarks.{missing[0]}.train: per_dataset needs every benchmark to name the "
+            "training set of its models (null: evaluated on the base only)"
+        )
+    return list(train)
+
+
 def total_heads(base_model: dict) -> int | None:
     """Query heads of a base the workflow pretrains (None for a hub model: known once loaded)."""
     m = base_model
@@ -161,6 +232,7 @@ class Study:
     entries: dict[str, Entry]
     splits: dict[str, list[Split]]  # benchmark -> the splits every model is evaluated on
     robustness: dict[str, list[Split]]  # benchmark -> more splits, for the listed entries only
+    datasets: Datasets = field(default_factory=Datasets)  # pooled, or one model per training set
 
     @classmethod
     def from_config(cls, cfg: dict, name: str) -> Study:
@@ -177,6 +249,7 @@ class Study:
             entries=entries(block, base_model),
             splits=block_splits(block),
             robustness=robustness_splits(block),
+            datasets=datasets(block) if not KINDS.get(name, Kind()).shared_data else Datasets(),
         )
 
     @property
@@ -188,40 +261,60 @@ class Study:
         """The analyses its block configures (each runs as a rule of its own)."""
         return [a for key, analyses in ANALYSES.items() if key in self.block for a in analyses]
 
-    def train_set(self, placement: str | None) -> str:
-        """Its training set's directory under ``data/`` (at a query placement)."""
-        return "train" if self.kind.shared_data else f"train-{self.name}/{placement}"
+    def train_set(self, placement: str | None, dataset: str | None = None) -> str:
+        """Its training set's directory under ``data/`` (at a query placement; per_dataset: of
+        one of its sets)."""
+        if self.kind.shared_data:
+            return "train"
+        return f"train-{self.name}/{placement}" + (f"-{dataset}" if dataset else "")
+
+    def train_block(self, dataset: str | None) -> dict:
+        """What a training set's builder reads of ``train:``: the whole block (pooled), or one
+        set's entry without its budget (per_dataset; real data: keyed by its builder)."""
+        train = self.block["train"]
+        if "n_train" in train:  # synthetic, pooled: one n_train and mix
+            return train
+        parts = {name: without_budget(entry) for name, entry in train.items()}
+        if dataset is None:  # pooled: a set's ``steps`` belong to per_dataset only
+            return parts
+        entry = parts[dataset]
+        return entry if "n_train" in entry else {dataset: entry}
 
     def train_placements(self, entry: Entry) -> list:
         """The placements an entry trains at: None alone on the shared data (no placement)."""
         return [None] if self.kind.shared_data else entry.placements
 
-    def model_id(self, run: str, placement: str | None, seed: int) -> str:
+    def model_id(self, run: str, placement: str | None, seed: int, dataset=None) -> str:
         name = f"{run}-{placement}" if "placements" in self.block else run
+        name += f"-{dataset}" if dataset else ""
         return f"{name}_s{seed}" if self.kind.shared_data else f"{self.name}/{name}_s{seed}"
 
     @cached_property
     def models(self) -> dict[str, Model]:
-        """Model id -> the model, every cell at every placement and seed."""
+        """Model id -> the model, every cell at every placement and seed (per_dataset: and
+        training set, for that set's budget, the entry's own finetune over it)."""
         out = {}
         for entry_name, entry in self.entries.items():
             for run, (method, values) in cells({entry_name: entry.values}).items():
                 for placement in self.train_placements(entry):
-                    for seed in self.seeds:
-                        mid = self.model_id(run, placement, seed)
-                        out[mid] = Model(
-                            id=mid,
-                            study=self.name,
-                            base=self.base,
-                            method=method,
-                            values=values,
-                            run=run,
-                            seed=seed,
-                            placement=placement,
-                            entry=entry_name,
-                            finetune=entry.finetune,
-                            train_data=self.train_set(placement),
-                        )
+                    for dataset in self.datasets.names:
+                        budget = self.datasets.budgets.get(dataset, {})
+                        for seed in self.seeds:
+                            mid = self.model_id(run, placement, seed, dataset)
+                            out[mid] = Model(
+                                id=mid,
+                                study=self.name,
+                                base=self.base,
+                                method=method,
+                                values=values,
+                                run=run,
+                                seed=seed,
+                                placement=placement,
+                                entry=entry_name,
+                                finetune={**budget, **entry.finetune},
+                                train_data=self.train_set(placement, dataset),
+                                dataset=dataset,
+                            )
         return out
 
     def base_evaluations(self) -> list[tuple[str, str, str]]:
@@ -229,11 +322,13 @@ class Study:
         return [(self.base, b, str(s)) for b, splits in self.splits.items() for s in splits]
 
     def evaluations(self, model: Model) -> list[tuple[str, str, str]]:
-        """(model id, benchmark, split) of one of its models: the splits at its placement, and
-        the robustness sets when its entry is listed for them."""
+        """(model id, benchmark, split) of one of its models: the splits at its placement (of the
+        benchmarks its training set serves, per_dataset), and the robustness sets when its entry
+        is listed for them."""
         out = [
             (model.id, b, str(s))
             for b, splits in self.splits.items()
+            if model.dataset in (None, self.datasets.served_by.get(b))
             for s in splits
             if model.placement in (None, s.placement)
         ]

@@ -41,8 +41,11 @@ def test_dry_run_lists_every_job_with_gpus_for_training_and_evaluation(tmp_path,
     n_runs = 1 + len(studies["opamp"]["methods"]["opamp"]["K"])
     rect = studies.get("rectification")
     n_rect = 0
+    n_rect_sets = 1  # pooled: one model per cell and placement
     if rect:  # paper: LoRA, 5 ξ and 3 g variants, each trained and tested at both placements
-        n_rect = (1 + len(rect["methods"]["rectify"]["xi"]) + 3) * 2
+        if rect.get("train_scheme") == "per_dataset":  # and once per training set (App. A)
+            n_rect_sets = len(rect["train"])
+        n_rect = (1 + len(rect["methods"]["rectify"]["xi"]) + 3) * 2 * n_rect_sets
         assert len(jobs["base_model"]) == 2  # the OpAmp base and the rectification Instruct model
     lkg = studies.get("lkg")
     n_lkg = len(lkg["methods"]) if lkg else 0  # paper: LoRA, the full method, four ablations
@@ -67,7 +70,11 @@ def test_dry_run_lists_every_job_with_gpus_for_training_and_evaluation(tmp_path,
     assert n_study_sets == (16 + 5 + 17 if rect else 0)
     assert len(jobs["finetune"]) == n_runs + n_rect + n_mudaf + n_lkg
     assert len(jobs["report"]) == 1 + sum(map(bool, (rect, mudaf, lkg)))  # one per study
-    n_rect_evals = (n_rect + 2) * len(rect["benchmarks"]) if rect else 0
+    # the base on every set at both placements; a per_dataset model on its own benchmark only
+    n_rect_evals = (n_rect // n_rect_sets + 2) * len(rect["benchmarks"]) if rect else 0
+    if rect and n_rect_sets > 1:
+        served = [b for b in rect["benchmarks"].values() if b.get("train")]
+        n_rect_evals = 2 * len(rect["benchmarks"]) + n_rect // n_rect_sets * len(served)
     n_mudaf_evals = (n_mudaf + 1) * len(mudaf["benchmarks"]) if mudaf else 0
     n_lkg_evals = (n_lkg + 1) * len(lkg["benchmarks"]) + len(rob["models"]) * n_robust if lkg else 0
     assert len(jobs["evaluate"]) == (

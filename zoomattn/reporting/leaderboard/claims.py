@@ -57,12 +57,17 @@ class Side:
         return not self.runs
 
 
-def _side(cells: dict[str, dict], sets: list[Set], by_placement: bool = False) -> Side:
+def _side(
+    cells: dict[str, dict], sets: list[Set], by_placement: bool = False, served: dict | None = None
+) -> Side:
     """The runs of these cells, one per (run, seed); with ``by_placement`` a cell answers only for
-    the sets of its own placement, and a run joins its placements' cells."""
+    the sets of its own placement, and a run joins its placements' cells; a cell trained on one
+    ``dataset`` (rectification's per_dataset) only for the benchmarks ``served`` by it."""
     runs: dict[tuple, dict] = {}
     for m, c in cells.items():
         for b, s in sets:
+            if c.get("dataset") not in (None, (served or {}).get(b)):
+                continue
             if not by_placement or c.get("placement") == s:
                 runs.setdefault((c.get("run"), c.get("seed")), {})[(b, s)] = m
     return Side(tuple(runs.values()))
@@ -180,11 +185,15 @@ def _opamp_claims(spec: dict, predictions: dict) -> list[Claim]:
 
 def _rect_claims(spec: dict, predictions: dict) -> list[Claim]:
     cells = cells_of(spec, "rectification")
-    sets = grid.split_names(block_of(spec, "rectification"))
+    block = block_of(spec, "rectification")
+    sets = grid.split_names(block)
+    served = {b: s.get("train") for b, s in block["benchmarks"].items()}
+    if block.get("train_scheme") == "per_dataset":  # a set no model trains for: the base only
+        sets = [(b, p) for b, p in sets if served[b]]
 
     def side(keep, at: list[Set] = sets) -> Side:
         chosen = {m: c for m, c in cells.items() if keep(c, c.get("values") or {})}
-        return _side(chosen, at, by_placement=True)
+        return _side(chosen, at, by_placement=True, served=served)
 
     def xi3(c: dict, v: dict) -> bool:  # Table 1's sweep (g = max) from ξ = 3 on
         return c.get("method") == "rectify" and v.get("g", "max") == "max" and _xi(v) >= 3

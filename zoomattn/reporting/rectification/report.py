@@ -106,6 +106,28 @@ def _placements(spec: dict, df: pd.DataFrame) -> list[str]:
     return sorted(found, key=lambda p: order.get(p, 2))
 
 
+def _training_note(rect: dict, real: bool) -> str:
+    """Which model fills each benchmark's column (``train_scheme``, zoomattn/studies.py); ""
+    for the synthetic pooled grids, whose reports stay as they were."""
+    if rect.get("train_scheme") == "per_dataset":
+        served = {b: s.get("train") for b, s in (rect.get("benchmarks") or {}).items()}
+        pairs = ", ".join(f"{b} ← {t}" for b, t in served.items() if t)
+        untrained = ", ".join(b for b, t in served.items() if not t)
+        note = (
+            "Training: one model per training set (`train_scheme: per_dataset`, the paper's "
+            f"App. A), each tested on its own benchmark only: {pairs}."
+        )
+        if untrained:
+            note += f" No training set for {untrained}: the base row only."
+        return note + "\n"
+    if real:  # the synthetic grids say nothing: their analogues share one training mix by design
+        return (
+            "Training: one model per cell on every training set together (`train_scheme: "
+            "pooled`), tested on every benchmark; the paper trains one per dataset.\n"
+        )
+    return ""
+
+
 def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
     out, evals = Path(out), inputs["evals"]
     rect = spec.get("rectification", {})
@@ -141,6 +163,8 @@ def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
         f"{seed_note} {scale_note} Paper columns our benchmarks map to: {analogues}. Published "
         f"numbers ({paper.MODEL}, paper scale) are in tables and panels of their own.\n",
     ]
+    if _training_note(rect, real):
+        parts.append(_training_note(rect, real))
     xi_rows = [r for r in rows if r.kind == "xi"]
     if not any(r.xi == "auto" for r in xi_rows):
         parts.append("No ξ=auto cell in this grid.\n")
