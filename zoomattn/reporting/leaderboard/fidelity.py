@@ -257,11 +257,14 @@ def _write(df: pd.DataFrame, out: Path, name: str, title: str) -> None:
     write_table_html(shown, out / f"{name}.html")
 
 
-def write_fidelity(spec: dict, evals: list[dict], predictions: dict, out: Path) -> None:
-    """fidelity.{csv,md,html} and claims.{csv,md,html} under ``out``."""
+def write_fidelity(
+    spec: dict, evals: list[dict], predictions: dict, out: Path, by_rule: dict | None = None
+) -> None:
+    """fidelity.{csv,md,html} and claims.{csv,md,html} under ``out``; ``by_rule``: the published
+    rules' per-example scores, as ``predictions`` (the claims read them where they exist)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     title = "Our numbers beside the published ones (Δ = ours − published, ×100)"
     _write(fidelity_numbers(spec, evals), out, "fidelity", title)
     title = "The papers' claims in our runs (paired bootstrap over seeds and examples, 95%)"
-    _write(claims(spec, evals, predictions), out, "claims", title)
+    _write(claims(spec, evals, predictions, by_rule), out, "claims", title)
