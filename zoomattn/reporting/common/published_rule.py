@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pandas as pd
+
 BLOCK = "published_rule"
 BLOCK_KEYS = ("rule", "score", "ci_low", "ci_high")
 
@@ -84,3 +86,31 @@ def decoding_differs(expected: Published, decoding: dict | None) -> bool:
     if expected.temperature is None:
         return False
     return float((decoding or {}).get("temperature") or 0.0) != float(expected.temperature)
+
+
+def rules_by_benchmark(evals: list[dict]) -> dict[str, str]:
+    """benchmark -> the published rule its evaluations scored (names joined if files disagree)."""
+    found: dict[str, list[str]] = {}
+    for e in evals:
+        if (block := block_of(e)) is not None and block["rule"] not in found.get(
+            e["benchmark"], []
+        ):
+            found.setdefault(e["benchmark"], []).append(block["rule"])
+    return {b: " / ".join(names) for b, names in found.items()}
+
+
+def beside(
+    compared: pd.DataFrame, by_rule: pd.DataFrame, on: list[str], rules: dict[str, str]
+) -> pd.DataFrame:
+    """A report's comparison table with the same comparison under the published rules appended:
+    ``rule``, ``ours (rule)`` and ``Δ (rule)`` (``by_rule``: the comparison computed on
+    ``rule_evals``). Unchanged where no evaluation scored a published rule."""
+    if by_rule.empty or compared.empty:
+        return compared
+    extra = by_rule[[*on, "ours", "Δ"]].rename(columns={"ours": "ours (rule)", "Δ": "Δ (rule)"})
+    out = compared.merge(extra, on=on, how="left")
+    out[["ours (rule)", "Δ (rule)"]] = out[["ours (rule)", "Δ (rule)"]].astype(object).fillna("–")
+    # an OpAmp subset's line names its benchmark "faitheval / counterfactual"
+    rule = out["benchmark"].map(lambda b: rules.get(str(b).split(" / ")[0], "–"))
+    out.insert(len(compared.columns), "rule", rule)
+    return out

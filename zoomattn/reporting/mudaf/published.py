@@ -85,6 +85,11 @@ FIG3_NOTE = (
     "strongest heads to the weakest heads […] we consider the top 50 attention heads (about 5% of "
     "the total) as retrieval heads.”"
 )
+RETRIEVAL_SCORE_NOTE = (
+    "Where the authors' heads are compared with ours: their scorer takes a head's exact match "
+    "after the threshold filter, the paper's text before it; we follow the text (docs/papers.md, "
+    "published rules and decoding)."
+)
 FIG4_NOTE = (
     "The paper (Fig. 4, a chart only): “the performance on LongBench is severely damaged when "
     "strong MDQA retrieval heads are masked […] the model’s performance exhibits smaller "
