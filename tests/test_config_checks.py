@@ -104,3 +104,92 @@ def test_a_real_benchmark_of_any_study_needs_a_hub_base():
         ConfigError, match=r"^config\.studies\.opamp\.benchmarks\.x: a real dataset"
     ):
         load_config(raw)
+
+
+def _scored(rule=None, decoding=None, study="lkg", benchmark="nq_open"):
+    """The tiny config with one benchmark's published_rule and decoding set."""
+    raw = _raw()
+    spec = raw["studies"][study]["benchmarks"][benchmark]
+    for key, value in (("published_rule", rule), ("decoding", decoding)):
+        if value is not None:
+            spec[key] = value
+    return raw
+
+
+def test_an_unknown_published_rule_names_study_benchmark_key_and_the_known_rules():
+    from zoomattn.evaluation.official import RULES
+
+    with pytest.raises(ConfigError) as err:
+        load_config(_scored("squad_f1"))
+    assert str(err.value) == (
+        "config.studies.lkg.benchmarks.nq_open.published_rule: no published rule 'squad_f1' "
+        f"(known: {', '.join(RULES)})"
+    )
+    assert "opamp_em" in RULES and "alce_str_em" in RULES
+
+
+def test_every_registered_rule_and_a_sampled_or_greedy_decoding_load():
+    from zoomattn.evaluation.official import RULES
+
+    for rule in RULES:
+        load_config(_scored(rule))
+    sampled = {"temperature": 0.5, "top_p": 0.9, "seeds": [42, 43], "max_new_tokens": 16}
+    cfg = load_config(_scored("squad_em", sampled))
+    assert cfg["studies"]["lkg"]["benchmarks"]["nq_open"]["decoding"] == sampled
+    load_config(_scored(decoding={"temperature": 0, "seeds": [0]}))
+    load_config(_scored(decoding={"temperature": 0.0, "max_new_tokens": 32}))
+
+
+def test_sampled_decoding_needs_seeds():
+    with pytest.raises(ConfigError) as err:
+        load_config(_scored(decoding={"temperature": 0.5}))
+    assert str(err.value) == (
+        "config.studies.lkg.benchmarks.nq_open.decoding.seeds: sampled decoding (temperature "
+        "0.5) needs seeds, one generation pass each"
+    )
+
+
+def test_greedy_decoding_takes_one_seed_at_most():
+    with pytest.raises(ConfigError) as err:
+        load_config(_scored(decoding={"temperature": 0, "seeds": [1, 2]}))
+    assert str(err.value) == (
+        "config.studies.lkg.benchmarks.nq_open.decoding.seeds: greedy decoding (temperature 0) "
+        "is one pass: give one seed or none, not 2"
+    )
+
+
+@pytest.mark.parametrize(
+    "decoding, key",
+    [
+        ({"temperature": -0.1, "seeds": [1]}, "temperature"),
+        ({"temperature": 0.5, "top_p": 0.0, "seeds": [1]}, "top_p"),
+        ({"temperature": 0.5, "top_p": 1.5, "seeds": [1]}, "top_p"),
+        ({"temperature": 0.5, "seeds": []}, "seeds"),
+        ({"temperature": 0.5, "seeds": [1.5]}, "seeds"),
+        ({"temperature": 0, "max_new_tokens": 0}, "max_new_tokens"),
+        ({"temperature": 0, "beams": 4}, "decoding"),
+        ({"top_p": 0.9}, "decoding"),
+    ],
+)
+def test_the_schema_rejects_a_decoding_out_of_range_naming_the_key(decoding, key):
+    with pytest.raises(ConfigError, match=rf"^config\.studies\.lkg\.benchmarks\.nq_open\..*{key}"):
+        load_config(_scored(decoding=decoding))
+
+
+@pytest.mark.parametrize(
+    "study, benchmark",
+    [("opamp", "coqa_like"), ("rectification", "nq_like"), ("mudaf", "mdqa_like")],
+)
+def test_every_studys_benchmarks_take_a_published_rule_and_decoding(study, benchmark):
+    raw = _scored("squad_em", {"temperature": 0.3, "seeds": [7]}, study, benchmark)
+    spec = load_config(raw)["studies"][study]["benchmarks"][benchmark]
+    assert (spec["published_rule"], spec["decoding"]["seeds"]) == ("squad_em", [7])
+
+
+def test_a_leaderboard_benchmark_takes_a_decoding_but_has_no_published_column():
+    raw = _scored(decoding={"temperature": 0.3, "seeds": [7]}, study="leaderboard",
+                  benchmark="single_noisy")  # fmt: skip
+    load_config(raw)
+    raw["studies"]["leaderboard"]["benchmarks"]["single_noisy"]["published_rule"] = "squad_em"
+    with pytest.raises(ConfigError, match="published_rule"):
+        load_config(raw)

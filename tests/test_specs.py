@@ -41,8 +41,8 @@ def test_the_shared_eval_set_is_a_benchmark_at_a_noise_ratio(specs):
     spec = specs.eval_data("coqa_like", "r0.9")
     assert spec["noise_ratio"] == 0.9 and "study" not in spec
     assert spec["benchmarks"] == {
-        "coqa_like": specs.cfg["studies"]["opamp"]["benchmarks"]["coqa_like"]
-    }
+        "coqa_like": {"family": "single", "metric": "em", "noise_ratios": [0.0, 0.9]}
+    }  # without its published_rule: how a set is scored changes none of its examples
     assert spec["data"] == {"n_entities": 120, "n_famous": 10, "n_eval": 24}
     assert spec["code"] == code_hash("eval-data") != specs.world()["code"] == code_hash("world")
 
@@ -66,7 +66,10 @@ def test_a_studys_eval_set_holds_its_layout_and_distractors(specs):
 def test_training_sets_the_shared_one_reads_the_presets_data_a_studys_its_train_block(specs):
     shared = specs.train_data("train")
     assert shared["data"] == specs.cfg["data"] and "study" not in shared
-    assert shared["benchmarks"] == specs.cfg["studies"]["opamp"]["benchmarks"]
+    opamp = specs.cfg["studies"]["opamp"]["benchmarks"]
+    assert shared["benchmarks"] == {
+        name: {k: v for k, v in b.items() if k != "published_rule"} for name, b in opamp.items()
+    }
     mudaf = specs.train_data("train-mudaf/vanilla")
     assert (mudaf["study"], mudaf["placement"], mudaf["distractors"]) == ("mudaf", "vanilla", 4)
     assert mudaf["train"] == specs.cfg["studies"]["mudaf"]["train"]
@@ -143,3 +146,36 @@ def test_each_report_spec_holds_its_studys_block_cells_base_and_seeds(specs):
     assert set(cross["leaderboard"]["cells"]) == {
         m for m in cross["cells"] if m.startswith("leaderboard/")
     }
+
+
+def _with_scoring(rule="opamp_pm", decoding=None):
+    """The smoke preset with coqa_like scored by ``rule`` and decoded as ``decoding``."""
+    raw = copy.deepcopy(RAW)
+    raw["preset"] = "smoke"
+    coqa = raw["presets"]["smoke"]["studies"]["opamp"]["benchmarks"]["coqa_like"]
+    coqa["published_rule"] = rule
+    if decoding is not None:
+        coqa["decoding"] = decoding
+    return Specs(load_config(raw))
+
+
+def test_an_evaluation_names_the_published_rule_and_decoding_its_benchmark_sets(specs):
+    sampled = {"temperature": 0.5, "top_p": 0.9, "seeds": [1, 2], "max_new_tokens": 8}
+    spec = _with_scoring("opamp_pm", sampled).evaluate("qlora_s0", "coqa_like", "r0")
+    assert (spec["published_rule"], spec["decoding"]) == ("opamp_pm", sampled)
+    assert specs.evaluate("qlora_s0", "coqa_like", "r0")["published_rule"] == "opamp_em"
+
+
+def test_an_evaluation_of_a_benchmark_without_rule_or_decoding_carries_neither_key(specs):
+    spec = specs.evaluate("leaderboard/qlora_s0", "single_noisy", "r0.9")
+    assert not {"published_rule", "decoding"} & set(spec)
+    assert "decoding" not in specs.evaluate("qlora_s0", "coqa_like", "r0")  # greedy: unset
+
+
+def test_scoring_keys_leave_the_data_specs_unchanged(specs):
+    other = _with_scoring("opamp_pm", {"temperature": 0.5, "seeds": [3]})
+    assert other.eval_data("coqa_like", "r0") == specs.eval_data("coqa_like", "r0")
+    assert other.train_data("train") == specs.train_data("train")
+    assert other.evaluate("qlora_s0", "coqa_like", "r0") != specs.evaluate(
+        "qlora_s0", "coqa_like", "r0"
+    )

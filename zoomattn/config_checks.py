@@ -5,6 +5,7 @@ method entries, the studies' benchmarks and analyses). Every error names the off
 
 from __future__ import annotations
 
+from zoomattn.evaluation.official import RULES
 from zoomattn.methods import METHODS, cells, method_of
 from zoomattn.studies import Study, placements
 
@@ -98,6 +99,7 @@ def _check_study(cfg: dict, study: Study, taken: dict[str, str]) -> None:
                 "each benchmark name names one eval set"
             )
         taken[name] = f"a benchmark of the {study.name} study"
+        _check_scoring(spec, f"{where}.benchmarks.{name}")
         if "source" in spec and synthetic:
             raise ConfigError(
                 f"{where}.benchmarks.{name}: a real dataset needs a hub or local base model "
@@ -135,6 +137,30 @@ def _check_study(cfg: dict, study: Study, taken: dict[str, str]) -> None:
         _check_robustness(cfg, study, where)
     if study.kind.cross:
         _check_cross(study, where)
+
+
+def _check_scoring(spec: dict, where: str) -> None:
+    """A benchmark's published rule is a registered one, and its decoding is greedy (one pass)
+    or sampled (one pass per seed)."""
+    rule = spec.get("published_rule")
+    if rule is not None and rule not in RULES:
+        raise ConfigError(
+            f"{where}.published_rule: no published rule {rule!r} (known: {', '.join(RULES)})"
+        )
+    decoding = spec.get("decoding")
+    if decoding is None:
+        return
+    temperature, seeds = decoding["temperature"], decoding.get("seeds")
+    if temperature > 0 and not seeds:
+        raise ConfigError(
+            f"{where}.decoding.seeds: sampled decoding (temperature {temperature}) needs seeds, "
+            "one generation pass each"
+        )
+    if temperature == 0 and seeds is not None and len(seeds) != 1:
+        raise ConfigError(
+            f"{where}.decoding.seeds: greedy decoding (temperature 0) is one pass: give one seed "
+            f"or none, not {len(seeds)}"
+        )
 
 
 def _check_needs(study: Study, analyses: set[str]) -> None:

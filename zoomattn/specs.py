@@ -15,6 +15,12 @@ from zoomattn.splits import Split
 from zoomattn.studies import Study
 
 CELL_KEYS = ("run", "method", "values", "seed")  # what a study's report knows of each cell
+SCORING_KEYS = ("published_rule", "decoding")  # how a benchmark is scored, not what it holds
+
+
+def _data_view(benchmark: dict) -> dict:
+    """A benchmark's spec as its data job reads it: how it is scored changes no example."""
+    return {k: v for k, v in benchmark.items() if k not in SCORING_KEYS}
 
 
 class Specs:
@@ -80,19 +86,20 @@ class Specs:
         if not self.synthetic:
             spec = self._data(self.cfg["data"]["n_eval"])
             return {**spec, "data": {"train": self.cfg["data"]["train"]}}
-        return {**self.world(), "data": self.cfg["data"], "benchmarks": study.benchmarks}
+        benchmarks = {name: _data_view(b) for name, b in study.benchmarks.items()}
+        return {**self.world(), "data": self.cfg["data"], "benchmarks": benchmarks}
 
     def _eval_data(self, benchmark: str, split: str) -> dict:
         study = self.grid.study_of_benchmark(benchmark)
         s = study.split(benchmark, split)
         if not study.kind.shared_data:
             spec = self._study_data(study, s)
-            return {**spec, "benchmark": benchmark, "spec": study.benchmarks[benchmark]}
+            return {**spec, "benchmark": benchmark, "spec": _data_view(study.benchmarks[benchmark])}
         return {
             **self._data(self.cfg["data"]["n_eval"]),
             "benchmark": benchmark,
             "noise_ratio": float(s.noise_ratio),
-            "benchmarks": {benchmark: study.benchmarks[benchmark]},
+            "benchmarks": {benchmark: _data_view(study.benchmarks[benchmark])},
         }
 
     def _study_data(self, study: Study, split: Split) -> dict:
@@ -165,6 +172,8 @@ class Specs:
             spec.update(study=study.name, placement=s.placement)
         if "answer_gap_examples" in study.block:
             spec["answer_gap_examples"] = study.block["answer_gap_examples"]
+        bench = study.benchmarks[benchmark]
+        spec.update({k: bench[k] for k in SCORING_KEYS if k in bench})  # only where set
         return spec
 
     def attention(self, model: str) -> dict:

@@ -11,6 +11,7 @@ from zoomattn.tracking import job_run
 
 log = logging.getLogger("zoomattn")
 MAX_TAG_CHARS = 8000  # the longest tag value MLflow stores
+CI_KEYS = ("score", "ci_low", "ci_high")
 
 
 def evaluate(
@@ -34,7 +35,15 @@ def evaluate(
         ev = spec["evaluation"]
         records = load_split(split_dir)
         metrics, rows = evaluate_records(
-            model, tok, records, spec["metric"], ev["batch_size"], ev["max_new_tokens"], desc=name
+            model,
+            tok,
+            records,
+            spec["metric"],
+            ev["batch_size"],
+            ev["max_new_tokens"],
+            desc=name,
+            decoding=spec.get("decoding"),  # set only where the benchmark names them
+            published_rule=spec.get("published_rule"),
         )
         metrics.update(model=spec["model"], benchmark=spec["benchmark"], split=spec["split"])
         if "noise_ratio" in spec:
@@ -47,14 +56,12 @@ def evaluate(
         predictions.parent.mkdir(parents=True, exist_ok=True)
         predictions.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
         write_json(out, metrics)
-        flat = {
-            "score": metrics["score"],
-            "ci_low": metrics["ci_low"],
-            "ci_high": metrics["ci_high"],
-        }
+        flat = {k: metrics[k] for k in CI_KEYS}
         flat.update({f"{k}.score": v["score"] for k, v in metrics.get("subsets", {}).items()})
         if metrics.get("answer_gap") is not None:
             flat["answer_gap"] = metrics["answer_gap"]
+        if "published_rule" in metrics:  # the rule of the benchmark's published column
+            flat.update({f"published.{k}": metrics["published_rule"][k] for k in CI_KEYS})
         run.log_metrics(flat)
         run.log_artifacts(predictions, "predictions")
         run.log_artifacts(out)
