@@ -256,3 +256,36 @@ def test_xi_rows_follow_the_value_of_xi_not_the_json_order_of_the_cells():
 
 def _num(x: str):
     return x if x == "auto" else int(x)
+
+
+def _with_rule(evals, bench="nq_like", rule="alce_contains", shift=0.2):
+    """The evals with ``bench`` also scored by a published rule, ``shift`` above the standard."""
+    out = []
+    for e in evals:
+        if e["benchmark"] == bench:
+            s = e["score"] + shift
+            e = e | {"published_rule": {"rule": rule, "score": s, "ci_low": s - 0.05}}
+            e["published_rule"]["ci_high"] = s + 0.05
+        out.append(e)
+    return out
+
+
+def test_a_published_rule_adds_its_columns_beside_the_comparison_and_leaves_table1_as_is(tmp_path):
+    spec, evals, margin = grid()
+    (tmp_path / "plain").mkdir(), (tmp_path / "rule").mkdir()
+    render(spec, evals, margin, tmp_path / "plain")
+    render(spec, _with_rule(evals), margin, tmp_path / "rule")
+    for name in ("table1.csv", "table1.md", "table1_published.csv"):
+        assert (tmp_path / "plain" / name).read_bytes() == (tmp_path / "rule" / name).read_bytes()
+    plain = pd.read_csv(tmp_path / "plain" / "table1_comparison.csv")
+    ruled = pd.read_csv(tmp_path / "rule" / "table1_comparison.csv")
+    assert "rule" not in plain.columns
+    assert ruled[plain.columns].equals(plain)  # the standard comparison unchanged
+    nq = ruled[ruled["benchmark"] == "nq_like"]
+    assert set(nq["rule"]) == {"alce_contains"}
+    assert np.allclose(nq["ours (rule)"].astype(float), nq["ours"] + 20.0, atol=0.11)
+    assert np.allclose(
+        nq["Δ (rule)"].astype(float), nq["ours (rule)"].astype(float) - nq["published"]
+    )
+    assert set(ruled[ruled["benchmark"] == "multihop_like"]["ours (rule)"]) == {"–"}
+    assert "ours (rule)" in (tmp_path / "rule" / "table1_comparison.md").read_text()

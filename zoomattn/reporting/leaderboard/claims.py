@@ -5,6 +5,10 @@ Each claim uses the paired bootstrap of ``bootstrap.difference_ci``: a side stac
 examples aligned by sorted id. A claim holds when the difference is significant in the claimed
 direction, is contradicted when significant the other way, and is "not shown" otherwise. The
 published verdict compares the paper's own point numbers (its average over its columns).
+
+Since the published side was scored by each column's own rule, our side takes, for every eval set
+whose benchmark names a published rule, the per-example scores under that rule
+(``score_published``), and our standard metric elsewhere; ``scored_by`` says which, per benchmark.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from zoomattn.reporting.opamp import published
 from zoomattn.reporting.rectification import published as paper_rect
 from zoomattn.splits import Split
 
-CLAIM_COLUMNS = ["paper", "table", "claim", "ours", "verdict_ours", "published"]
+CLAIM_COLUMNS = ["paper", "table", "claim", "ours", "scored_by", "verdict_ours", "published"]
 CLAIM_COLUMNS += ["verdict_published", "difference", "diff_ci_low", "diff_ci_high", "examples"]
 VERDICT = {"higher": "holds", "lower": "contradicted", "n.s.": "not shown"}
 SATURATION_SLACK = 1.0  # points: the paper's "not much improvement" beyond 8 heads
@@ -44,6 +48,51 @@ Set = tuple[str, str]  # (benchmark, split)
 Predictions = dict[
     tuple[str, str, str], dict[str, float]
 ]  # (model, benchmark, split) -> id -> score
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """Per-example scores of every eval set: the published rule's where the evaluation scored one,
+    our standard metric's elsewhere; ``rules`` / ``metrics``: what each set was scored by."""
+
+    values: Predictions
+    rules: dict[tuple[str, str, str], str]
+    metrics: dict[tuple[str, str, str], str]
+
+    def scored_by(self, keys) -> str:
+        """Which scores a claim's sets used, per benchmark."""
+        groups: dict[str, set[str]] = {}
+        for k in keys:
+            name = (
+                f"published rule {self.rules[k]}"
+                if k in self.rules
+                else f"standard {self.metrics.get(k, '?')} (no published rule)"
+            )
+            groups.setdefault(name, set()).add(k[1])
+        return "; ".join(f"{n}: {', '.join(sorted(b))}" for n, b in sorted(groups.items()))
+
+
+def scoring(evals: list[dict], predictions: Predictions, by_rule: Predictions | None) -> Scoring:
+    """The published rule's scores of each set that has them (``by_rule``), ours elsewhere."""
+    by_rule = by_rule or {}
+    rules, metrics = {}, {}
+    for e in evals:
+        key = (e["model"], e["benchmark"], e["split"])
+        metrics[key] = e.get("metric", "?")
+        if key in by_rule:
+            rules[key] = (e.get("published_rule") or {}).get("rule", "?")
+    return Scoring({k: by_rule.get(k, v) for k, v in predictions.items()}, rules, metrics)
+
+
+def _keys(c: Claim) -> set[tuple[str, str, str]]:
+    """(model, benchmark, split) of every run of a claim on its sets."""
+    return {
+        (run[s], *s)
+        for side, k in ((c.a, 0), (c.b, 1))
+        for run in side.runs
+        for s in (p[k] for p in c.pairs)
+        if s in run
+    }
 
 
 @dataclass(frozen=True)
@@ -304,14 +353,22 @@ CLAIMS = {OPAMP: _opamp_claims, "rectification": _rect_claims}
 CLAIMS |= {"mudaf": _mudaf_claims, "lkg": _lkg_claims}
 
 
-def claims(spec: dict, evals: list[dict], predictions: Predictions) -> pd.DataFrame:
+def claims(
+    spec: dict, evals: list[dict], predictions: Predictions, by_rule: Predictions | None = None
+) -> pd.DataFrame:
     """One line per claim of the papers whose cells the grid has (see the module docstring).
-    ``predictions``: (model, benchmark, split) -> {example id: score in [0, 1]}; ``evals`` is not
-    read (the claims need the per-example scores), kept for a signature alike to the numbers'."""
-    del evals
+    ``predictions``: (model, benchmark, split) -> {example id: score in [0, 1]} by our standard
+    metric; ``by_rule``: the same for the sets scored by a published rule (``score_published``);
+    ``evals`` name the rule and metric of each set."""
+    scores = scoring(evals, predictions, by_rule)
     lines = []
     for study, of in CLAIMS.items():
         present = spec.get("benchmarks") if study == OPAMP else block_of(spec, study)
-        for c in of(spec, predictions) if present else []:
-            lines.append(c if isinstance(c, dict) else _judge(PAPERS[study], c, predictions))
-    return pd.DataFrame([x for x in lines if x], columns=CLAIM_COLUMNS)
+        models = {base_of(spec, study), *cells_of(spec, study)}
+        for c in of(spec, scores.values) if present else []:
+            if isinstance(c, dict):  # computed whole (saturation): every set of the study's cells
+                keys = [k for k in scores.values if k[0] in models]
+                lines.append(c | {"scored_by": scores.scored_by(keys)})
+            elif line := _judge(PAPERS[study], c, scores.values):
+                lines.append(line | {"scored_by": scores.scored_by(_keys(c))})
+    return pd.DataFrame(lines, columns=CLAIM_COLUMNS)

@@ -1,8 +1,12 @@
 """The cross-method report's fidelity tables, computed from the metric files alone.
 
 ``fidelity_numbers``: every cell of a paper table we reproduce, our score beside the published one
-with Δ = ours − published (both at the printed precision). Rows are named, and mapped to the
-paper's rows and columns, by each study report's own helpers, so the two never disagree.
+with Δ = ours − published (both at the printed precision). Ours is scored by the published
+column's own rule where the evaluation scored it (its ``published_rule`` block), our standard
+metric standing beside it; each line names both decodings, and its note says whatever keeps the
+comparison from being like for like (checked against each paper's ``published.SCORING``). Rows
+are named, and mapped to the paper's rows and columns, by each study report's own helpers, so the
+two never disagree.
 
 The papers' claims are tested in ``claims.py``; ``write_fidelity`` writes both tables.
 """
@@ -16,6 +20,7 @@ import pandas as pd
 from zoomattn.reporting import lkg, mudaf, opamp, rectification
 from zoomattn.reporting.common import tables as common_tables
 from zoomattn.reporting.common.html_tables import write_table_html
+from zoomattn.reporting.common.published_rule import decoding_differs, decoding_text, rule_evals
 from zoomattn.reporting.leaderboard.claims import claims
 from zoomattn.reporting.leaderboard.slices import (
     OPAMP,
@@ -32,23 +37,33 @@ from zoomattn.reporting.opamp import published
 from zoomattn.reporting.rectification import published as paper_rect
 from zoomattn.splits import Split
 
-NUMBER_COLUMNS = ["paper", "table", "row", "benchmark", "split", "column", "same_task"]
-NUMBER_COLUMNS += ["ours", "ci_low", "ci_high", "published", "delta"]
+KEY = ["paper", "table", "row", "benchmark", "split", "column"]
+NUMBER_COLUMNS = [*KEY, "same_task", "rule", "ours_rule", "rule_ci_low", "rule_ci_high"]
+NUMBER_COLUMNS += ["ours_standard", "ci_low", "ci_high", "published", "delta"]
+NUMBER_COLUMNS += ["decoding_ours", "decoding_published", "note"]
 PAPER_COLUMN = {  # study -> benchmark spec -> the paper column it is or mirrors
     "rectification": paper_rect.column,
     "mudaf": paper_mudaf.column,
     "lkg": paper_lkg.column,
+}
+SCORING = {  # study -> paper column -> how the paper scored and decoded it
+    OPAMP: published.SCORING,
+    "rectification": paper_rect.SCORING,
+    "mudaf": paper_mudaf.SCORING,
+    "lkg": paper_lkg.SCORING,
 }
 
 
 # ---- fidelity numbers ---------------------------------------------------------------------------
 
 
-def _line(paper, table, row, benchmark, split, column, real, score, lo, hi, pub) -> dict:
-    ours = round(float(score), 1)
+def _line(paper, table, row, benchmark, split, column, real, metric, paper_col, scores, pub):
+    """One cell, ours at the printed precision; ``metric`` and ``paper_col`` (the paper column
+    it is or mirrors) are read by ``_compare`` and not printed."""
+    score, lo, hi = (round(float(v), 1) for v in scores)
     line = {"paper": paper, "table": table, "row": row, "benchmark": benchmark, "split": split}
-    line |= {"column": column, "same_task": real, "ours": ours, "ci_low": round(float(lo), 1)}
-    return line | {"ci_high": round(float(hi), 1), "published": pub, "delta": round(ours - pub, 1)}
+    line |= {"column": column, "same_task": real, "metric": metric, "paper_column": paper_col}
+    return line | {"score": score, "ci_low": lo, "ci_high": hi, "published": pub}
 
 
 def _opamp_numbers(spec: dict, evals: list[dict]) -> list[dict]:
@@ -75,8 +90,8 @@ def _opamp_numbers(spec: dict, evals: list[dict]) -> list[dict]:
             table, column = "Table 3", col
         split = str(Split(noise_ratio=r.noise)) + (f" / {r.subset}" if r.subset else "")
         real = "source" in benchmarks[r.benchmark]
-        where = (r.label, r.benchmark, split, column, real)
-        out.append(_line(PAPERS[OPAMP], table, *where, r.score, r.ci_low, r.ci_high, pub))
+        where = (r.label, r.benchmark, split, column, real, r.metric, col)
+        out.append(_line(PAPERS[OPAMP], table, *where, (r.score, r.ci_low, r.ci_high), pub))
     return out
 
 
@@ -93,8 +108,8 @@ def _long_numbers(study: str, long: pd.DataFrame, benchmarks: dict, table, looku
         column = f"{col} {r.placement}" if study == "rectification" else col
         real = "source" in benchmarks.get(r.benchmark, {})
         score = (r.score, r.ci_low, r.ci_high)
-        where = (r.row, r.benchmark, r.placement, column, real)
-        out.append(_line(PAPERS[study], table(r.row), *where, *score, pub))
+        where = (r.row, r.benchmark, r.placement, column, real, r.metric, col)
+        out.append(_line(PAPERS[study], table(r.row), *where, score, pub))
     return out
 
 
@@ -155,10 +170,7 @@ def _lkg_numbers(spec: dict, evals: list[dict]) -> list[dict]:
     )
 
 
-def fidelity_numbers(spec: dict, evals: list[dict]) -> pd.DataFrame:
-    """One line per (paper, table, our row, our benchmark / split) the paper has a number for:
-    ours (×100, seeds averaged, the study report's interval), published, delta = ours − published.
-    ``same_task``: the benchmark is the paper's own (else a synthetic analogue: compare trends)."""
+def _cells(spec: dict, evals: list[dict]) -> list[dict]:
     lines = _opamp_numbers(spec, evals)
     for study, numbers in (
         ("rectification", _rect_numbers),
@@ -167,6 +179,74 @@ def fidelity_numbers(spec: dict, evals: list[dict]) -> pd.DataFrame:
     ):
         if block_of(spec, study):
             lines += numbers(spec, evals)
+    return lines
+
+
+def _decodings(spec: dict, evals: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """(paper, benchmark) -> the decodings its evaluations ran (one, unless files disagree)."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for study, paper in PAPERS.items():
+        models = {base_of(spec, study), *cells_of(spec, study)}
+        for e in evals:
+            if e["model"] in models:
+                found = out.setdefault((paper, e["benchmark"]), [])
+                if (e.get("decoding") or {}) not in found:
+                    found.append(e.get("decoding") or {})
+    return out
+
+
+def _compare(line: dict, rule: dict | None, decodings: list[dict]) -> dict:
+    """The printed line: ours under the published rule beside the standard score, Δ on the rule's
+    score (on the standard one where no rule was scored), and why it is not like for like."""
+    study = next(s for s, p in PAPERS.items() if p == line["paper"])
+    expected = SCORING[study].get(line["paper_column"])
+    notes = [] if line["same_task"] else ["synthetic analogue: compare trends, not values"]
+    out = {k: line[k] for k in (*KEY, "same_task")}
+    if rule is not None:
+        out |= {"rule": rule["metric"], "ours_rule": rule["score"]}
+        out |= {"rule_ci_low": rule["ci_low"], "rule_ci_high": rule["ci_high"]}
+        ours = rule["score"]
+        if expected is not None and rule["metric"] != expected.rule:
+            notes.append(
+                f"rule mismatch: our evaluation scored {rule['metric']}, the published column's "
+                f"rule is {expected.rule}, so Δ is not like for like"
+            )
+    else:
+        ours = line["score"]
+        named = f" (the column's rule: {expected.rule})" if expected else ""
+        notes.append(f"no published rule scored{named}: Δ on our standard metric {line['metric']}")
+    out |= {"ours_standard": line["score"], "ci_low": line["ci_low"], "ci_high": line["ci_high"]}
+    out |= {"published": line["published"], "delta": round(ours - line["published"], 1)}
+    out["decoding_ours"] = " / ".join(decoding_text(d) for d in decodings) or "greedy"
+    out["decoding_published"] = expected.decoding if expected else "–"
+    if expected is None:
+        notes.append("the paper names no rule for this column")
+    elif any(decoding_differs(expected, d) for d in decodings or [{}]):
+        notes.append(
+            f"decoding differs: ours {out['decoding_ours']}, the authors' {expected.decoding}"
+        )
+    elif expected.temperature is None:
+        notes.append("the paper does not state its decoding")
+    return out | {"note": "; ".join(notes)}
+
+
+def fidelity_numbers(spec: dict, evals: list[dict]) -> pd.DataFrame:
+    """One line per (paper, table, our row, our benchmark / split) the paper has a number for:
+    ours under the published column's rule (``ours_rule``, ×100, seeds averaged, with the study
+    report's interval) where the evaluation scored it, our standard metric (``ours_standard``),
+    published, delta = ours_rule − published (ours_standard − published where no rule was
+    scored), both decodings and a note on whatever keeps the two from being like for like.
+    ``same_task``: the benchmark is the paper's own (else a synthetic analogue: compare trends)."""
+    by_rule = {tuple(x[k] for k in KEY): x for x in _cells(spec, rule_evals(evals))}
+    decodings = _decodings(spec, evals)
+    lines = [
+        _compare(
+            x,
+            by_rule.get(tuple(x[k] for k in KEY)),
+            decodings.get((x["paper"], x["benchmark"]), []),
+        )
+        for x in _cells(spec, evals)
+    ]
     return pd.DataFrame(lines, columns=NUMBER_COLUMNS)
 
 
@@ -177,11 +257,14 @@ def _write(df: pd.DataFrame, out: Path, name: str, title: str) -> None:
     write_table_html(shown, out / f"{name}.html")
 
 
-def write_fidelity(spec: dict, evals: list[dict], predictions: dict, out: Path) -> None:
-    """fidelity.{csv,md,html} and claims.{csv,md,html} under ``out``."""
+def write_fidelity(
+    spec: dict, evals: list[dict], predictions: dict, out: Path, by_rule: dict | None = None
+) -> None:
+    """fidelity.{csv,md,html} and claims.{csv,md,html} under ``out``; ``by_rule``: the published
+    rules' per-example scores, as ``predictions`` (the claims read them where they exist)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     title = "Our numbers beside the published ones (Δ = ours − published, ×100)"
     _write(fidelity_numbers(spec, evals), out, "fidelity", title)
     title = "The papers' claims in our runs (paired bootstrap over seeds and examples, 95%)"
-    _write(claims(spec, evals, predictions), out, "claims", title)
+    _write(claims(spec, evals, predictions, by_rule), out, "claims", title)

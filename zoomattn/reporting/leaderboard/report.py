@@ -42,31 +42,43 @@ def model_labels(spec: dict) -> dict[str, dict]:
     return out
 
 
-def _predictions(evals: list[dict], predictions: list[list[dict]]) -> dict:
-    """(model, benchmark, split) -> {example id: score}, each eval's predictions beside it."""
+def _predictions(evals: list[dict], predictions: list[list[dict]]) -> tuple[dict, dict]:
+    """(model, benchmark, split) -> {example id: score}, each eval's predictions beside it: the
+    standard scores, and the published rule's (``score_published``) of the evals that scored one."""
     if len(predictions) != len(evals):
         raise ValueError(
             f"the leaderboard report needs the predictions of each of its {len(evals)} "
             f"evaluations, in their order; got {len(predictions)} prediction files"
         )
-    return {
-        (e["model"], e["benchmark"], e["split"]): {r["id"]: float(r["score"]) for r in rows}
-        for e, rows in zip(evals, predictions, strict=True)
-    }
+    standard, by_rule = {}, {}
+    for e, rows in zip(evals, predictions, strict=True):
+        key = (e["model"], e["benchmark"], e["split"])
+        standard[key] = {r["id"]: float(r["score"]) for r in rows}
+        if e.get("published_rule") is None:
+            continue
+        lacking = [r["id"] for r in rows if "score_published" not in r]
+        if lacking:
+            raise ValueError(
+                f"predictions of {e['model']} on {e['benchmark']}/{e['split']}: the evaluation "
+                f"scored a published rule but {len(lacking)} rows lack score_published "
+                f"(first: {lacking[0]})"
+            )
+        by_rule[key] = {r["id"]: float(r["score_published"]) for r in rows}
+    return standard, by_rule
 
 
 def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
     # the job's spec arrives as sorted JSON: regenerate's gets the same key order, so same files
     spec = json.loads(json.dumps(spec, sort_keys=True))
     evals = inputs["evals"]
-    predictions = _predictions(evals, inputs["predictions"])
+    predictions, by_rule = _predictions(evals, inputs["predictions"])
     board = spec["leaderboard"]
     if board["cells"]:
         ours = {k: v for k, v in predictions.items() if k[0] in board["cells"]}
         table = write_leaderboard(board, ours, out)
     else:
         table = None
-    write_fidelity(spec, evals, predictions, out)
+    write_fidelity(spec, evals, predictions, out, by_rule)
     build_diagnostics(
         model_labels(spec), inputs["attention"], evals, inputs["heads"], inputs["patterns"], out
     )

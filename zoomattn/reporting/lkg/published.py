@@ -10,11 +10,16 @@ smoke presets: synthetic analogues) are printed beside these, never mixed into o
 
 from __future__ import annotations
 
+from zoomattn.reporting.common.published_rule import Published
 from zoomattn.reporting.common.tables import paper_column
 
 MODEL = "Llama-3.1-8B"
 SOURCE = f"published, {MODEL}, paper scale (LKG-RALM paper)"
 COLUMNS = ("NQ", "TriviaQA", "HotpotQA", "PopQA", "2WikiMQA")
+# §5.1: exact match after SQuAD-style normalisation on every column; no decoding stated, no code
+SCORING = {
+    col: Published("squad_em", None, "the paper's §5.1 (EM after normalisation)") for col in COLUMNS
+}
 
 # Our row labels (derived from a cell's method and values in reporting/lkg/table2.py)
 BASE_ROW = "+ Retrieval (base)"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from zoomattn.io import write_json
+from zoomattn.reporting.common.published_rule import rule_evals, rules_by_benchmark
 from zoomattn.reporting.common.tables import describe_seeds
 from zoomattn.reporting.lkg import figures
 from zoomattn.reporting.lkg import published as paper
@@ -30,6 +31,7 @@ from zoomattn.reporting.lkg.table2 import (
     table2,
     table2_rows,
     table2_wide,
+    with_rule,
     write_table,
 )
 from zoomattn.splits import Split
@@ -77,6 +79,7 @@ def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
     ]
     # Table 2
     t2 = table2(df, rows, benchmarks)
+    t2 = with_rule(t2, scores_frame(rows, rule_evals(evals)), rules_by_benchmark(evals))
     means = mean_deltas(t2, benchmarks)
     has_full = any(r.label == FULL_ROW for r in rows)
     note = (

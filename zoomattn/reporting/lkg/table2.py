@@ -151,6 +151,26 @@ def table2(df: pd.DataFrame, rows: list[Row], benchmarks: dict) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+RULE_SCORES = ["rule_score", "rule_ci_low", "rule_ci_high"]
+
+
+def with_rule(t2: pd.DataFrame, by_rule: pd.DataFrame, rules: dict[str, str]) -> pd.DataFrame:
+    """Table 2 with our score under each benchmark's published rule beside the standard one
+    (``rule``, ``rule_score`` and its interval; ``by_rule``: ``scores_frame`` of the rule-scored
+    evaluations). Unchanged where no evaluation scored a published rule."""
+    if by_rule.empty:
+        return t2
+    idx = by_rule[by_rule["split"] == MAIN_SPLIT].set_index(["run", "benchmark"])
+    keys = list(zip(t2["run"], t2["benchmark"], strict=True))
+    values = [
+        [round(float(idx.loc[k, s]), 3) for s in SCORES] if k in idx.index else [None] * 3
+        for k in keys
+    ]
+    out = t2.assign(rule=t2["benchmark"].map(rules))
+    out[RULE_SCORES] = pd.DataFrame(values, index=t2.index, columns=RULE_SCORES)
+    return out
+
+
 def mean_deltas(t2: pd.DataFrame, benchmarks: dict) -> dict[str, dict]:
     """Per row: our mean Δ over the benchmarks, the paper's over the same columns and over all."""
     cols = list(dict.fromkeys(c for c in map(paper.column, benchmarks.values()) if c))
@@ -170,6 +190,11 @@ def table2_wide(t2: pd.DataFrame, benchmarks: dict, means: dict) -> pd.DataFrame
         s = t2[t2["benchmark"] == b].set_index("row").reindex(labels)
         shown[b] = [cell(*v) for v in s[SCORES].to_numpy()]
         shown[f"{b} Δ"] = [_num(v, "+.1f") for v in s["Δ full"]]
+        if "rule" in s and s["rule"].notna().any():
+            rule = s["rule"].dropna().iloc[0]
+            shown[f"{b} ({rule})"] = [
+                cell(*v) if pd.notna(v[0]) else "–" for v in s[RULE_SCORES].to_numpy()
+            ]
         if col := paper.column(bspec):
             shown[f"paper {col}"] = [_num(v) for v in s["published"]]
             shown[f"paper {col} Δ"] = [_num(v, "+.1f") for v in s["paper Δ full"]]

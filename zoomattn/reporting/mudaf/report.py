@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from zoomattn.reporting.common.published_rule import beside, rule_evals, rules_by_benchmark
 from zoomattn.reporting.common.tables import (
     Row,
     cell,
@@ -115,6 +116,8 @@ class Report:
         self.spec, self.out = spec, Path(out)
         self.benchmarks = dict((spec.get("mudaf") or {}).get("benchmarks") or {})
         self.df = scores_frame(spec, evals)
+        self.by_rule = scores_frame(spec, rule_evals(evals))  # scored by the published rules
+        self.rules = rules_by_benchmark(evals)
         for b in dict.fromkeys(self.df["benchmark"]):
             self.benchmarks.setdefault(b, {})
         placements = list(dict.fromkeys(self.df["placement"])) or ["vanilla"]
@@ -138,6 +141,10 @@ class Report:
 
     def compared(self, long: pd.DataFrame, table: dict, name: str, title: str) -> str:
         compared = comparison(long, self.benchmarks, table)
+        pairs = dict.fromkeys(zip(long["row"], long["run"], strict=True))
+        rows = [Row(label, run, "") for label, run in pairs]
+        by_rule = comparison(select(self.by_rule, rows, self.columns), self.benchmarks, table)
+        compared = beside(compared, by_rule, ["row", "benchmark"], self.rules)
         compared.to_csv(self.out / f"{name}.csv", index=False)
         ours = [cell(*v) for v in compared[["ours", "ci_low", "ci_high"]].to_numpy()]
         shown = compared.assign(ours=ours).drop(columns=["ci_low", "ci_high"])

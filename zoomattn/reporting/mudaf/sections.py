@@ -45,7 +45,8 @@ def fig3(r, h: dict | None, base: str, who: str) -> None:
     r.parts.append(
         f"{r.heads_caption}; {who}. Computed: top 5% ({len(top)} heads, "
         f"layer-head (F1)): {listed}; mean F1 {h['mean_f1']:.3f}, max {h['max_f1']:.3f}; "
-        f"{strong} of {len(ranking)} heads score F1 ≥ {heads_of.STRONG_F1}. {paper.FIG3_NOTE}\n\n"
+        f"{strong} of {len(ranking)} heads score F1 ≥ {heads_of.STRONG_F1}. {paper.FIG3_NOTE} "
+        f"{paper.RETRIEVAL_SCORE_NOTE}\n\n"
         f"![Fig. 3{r.kind}](fig3_retrieval_heads.png)\n\n![Fig. 3{r.kind}: map](fig3_heatmap.png)\n"
     )
 

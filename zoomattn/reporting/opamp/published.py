@@ -5,6 +5,8 @@ Our synthetic benchmarks are analogues of these, not the same tasks: the report 
 side by side and never mixes them into one number.
 """
 
+from zoomattn.reporting.common.published_rule import Published
+
 TABLE3 = {  # Table 3: CMRR sweep
     "columns": [
         "Avg",
@@ -69,6 +71,27 @@ ANALOGUE = {
     "faitheval_like": "FaithEval",
 }
 SOURCE = "published, Llama3.1-8B-base + NCFT, paper scale (OpAmp paper Tables 3-5)"
+
+# How each column was scored and decoded: the authors' scripts, not the paper's text (§C calls the
+# metrics EM, PM and Acc). Sampled (do_sample, one pass): T 0.5, 512 new tokens; FaithEval T 0.2.
+# QuALITY's "Acc" is that script's EM field: it has no other scorer.
+_BENCH = "wuhy68/OpampAdapter evaluation/Benchmark/evaluate_benchmark.py and its .sh (--temp 0.5)"
+_FAITH = "wuhy68/OpampAdapter evaluation/Faitheval/evaluate_faith.py and its .sh (--temp 0.2)"
+SCORING = {
+    col: Published(rule, 0.5, _BENCH, 512)
+    for col, rule in {
+        "Qasper": "opamp_pm",
+        "LooGLE": "opamp_em",
+        "NarrQA": "opamp_em",
+        "QuALITY": "opamp_em",
+        "MHRAG": "opamp_em",
+        "Hotpot": "opamp_em",
+        "MuSiQue": "opamp_em",
+        "CoQA": "opamp_em",
+        "QuAC": "opamp_pm",
+        "QReCC": "opamp_pm",
+    }.items()
+} | {"FaithEval": Published("faitheval_opamp", 0.2, _FAITH)}
 
 
 def column(name: str, spec: dict) -> str | None:

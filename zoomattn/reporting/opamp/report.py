@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from zoomattn.reporting.common.inputs import only
+from zoomattn.reporting.common.published_rule import beside, rule_evals, rules_by_benchmark
 from zoomattn.reporting.opamp import figures, labels, published, tables
 
 KINDS = ("evals", "attention", "base_metrics")
@@ -43,6 +44,9 @@ def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
     rows = labels.rows(spec.get("cells", {}), spec.get("base", "base"))
     df = tables.scores_frame(evals, rows)
     df.to_csv(out / "scores.csv", index=False)
+    by_rule = rule_evals(evals)  # the evaluations that scored a published column's rule
+    rules = rules_by_benchmark(evals)
+    rdf = tables.scores_frame(by_rule, rows) if by_rule else None
     real = any("source" in s for s in benchmarks.values())
     note = (
         "The benchmarks are the paper's own: the comparison table gives Δ = ours − published."
@@ -56,16 +60,23 @@ def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
         base_table(base_metrics),
     ]
     t3 = tables.table3(df, benchmarks)
+    if rdf is not None and set(benchmarks) <= set(rules):  # an average of rule scores only
+        t3 = tables.with_rule(t3, tables.table3(rdf, benchmarks), {"Avg": "Avg (published rules)"})
     parts.append(_write(t3, out, "table3_cmrr", f"Table 3{kind}: CMRR sweep"))
     k_rows = [r.label for r in rows if r.kind == "opamp" and r.label in t3.index]
     figures.ksweep(t3, k_rows, out / "table3_cmrr.png", caption)
     parts.append(f"![Table 3{kind}](table3_cmrr.png)\n")
     if any(len(s["noise_ratios"]) > 1 for s in benchmarks.values()):
-        parts.append(
-            _write(
-                tables.table4(df, benchmarks), out, "table4_noise", f"Table 4{kind}: noise ratio"
-            )
-        )
+        t4 = tables.table4(df, benchmarks)
+        if rdf is not None:
+            names = {
+                f"{b} r={r:g}": f"{b} r={r:g} ({rules[b]})"
+                for b, bspec in benchmarks.items()
+                if b in rules
+                for r in bspec["noise_ratios"]
+            }
+            t4 = tables.with_rule(t4, tables.table4(rdf, benchmarks), names)
+        parts.append(_write(t4, out, "table4_noise", f"Table 4{kind}: noise ratio"))
         for b, bspec in benchmarks.items():
             paper_name = published.column(b, bspec)
             if len(bspec["noise_ratios"]) > 1 and paper_name in published.TABLE4:
@@ -73,9 +84,14 @@ def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
                 parts.append(f"![Table 4{kind}, {b}](table4_{b}.png)\n")
     faith = [b for b, s in benchmarks.items() if published.column(b, s) == "FaithEval"]
     if faith:
+        t5 = tables.table5(df, faith)
+        if rdf is not None and set(faith) <= set(rules):
+            rule = " / ".join(dict.fromkeys(rules[b] for b in faith))
+            names = {s: f"{s} ({rule})" for s in ("Avg", *published.TABLE5["columns"][:3])}
+            t5 = tables.with_rule(t5, tables.table5(rdf, faith), names)
         parts.append(
             _write(
-                tables.table5(df, faith),
+                t5,
                 out,
                 "table5_faitheval",
                 f"Table 5{kind}: FaithEval" + ("" if real else "-like"),
@@ -83,6 +99,9 @@ def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
         )
     if real:
         compared = tables.comparison(df, benchmarks)
+        if rdf is not None:
+            on = ["model", "benchmark", "noise"]
+            compared = beside(compared, tables.comparison(rdf, benchmarks), on, rules)
         compared.to_csv(out / "comparison.csv", index=False)
         md = "### Beside the published numbers (Δ = ours − paper)\n\n"
         md += compared.to_markdown(index=False) + "\n"

@@ -132,5 +132,15 @@ def comparison(df: pd.DataFrame, benchmarks: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def with_rule(t: pd.DataFrame, t_rule: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
+    """``t`` with columns of ``t_rule`` (the same table on the rule-scored frame) beside it, each
+    renamed by ``names``; the standard columns stay as they are."""
+    t = t.copy()
+    for name, new in names.items():
+        if name in t_rule:
+            t[new] = t_rule[name].reindex(t.index).fillna("–")
+    return t
+
+
 def visible(t: pd.DataFrame) -> pd.DataFrame:
     return t[[c for c in t.columns if not c.endswith("__score")]]

@@ -9,6 +9,7 @@ same tasks: the report prints the two side by side and never mixes them into one
 
 from __future__ import annotations
 
+from zoomattn.reporting.common.published_rule import Published
 from zoomattn.reporting.common.tables import paper_column
 
 COLUMNS = ("NQ", "TriviaQA", "HotpotQA", "2wiki", "ASQA")
@@ -28,6 +29,12 @@ TABLE1 = {  # NQ rev, NQ van, TQA rev, TQA van, Hotpot rev, Hotpot van, 2wiki re
 XI_ROWS = ("ξ=0", "ξ=1", "ξ=3", "ξ=5", "ξ=10")  # the paper's ξ sweep, in order
 
 SOURCE = f"published, {MODEL}, paper scale (attention-rectification paper, Table 1)"
+
+# How each column was scored (§6: "EM" as containment, ASQA's share of short answers found, as
+# ALCE scores them); the paper states no decoding and no code is public.
+_ALCE = "the paper's §6 metrics, as princeton-nlp/ALCE eval.py scores them"
+SCORING = {col: Published("alce_contains", None, _ALCE) for col in COLUMNS[:-1]}
+SCORING["ASQA"] = Published("alce_str_em", None, _ALCE)
 
 # Spellings a benchmark's `published:` key may use for a paper column.
 ALIASES = {

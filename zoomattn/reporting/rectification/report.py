@@ -14,6 +14,7 @@ import pandas as pd
 
 from zoomattn.reporting.common import tables
 from zoomattn.reporting.common.inputs import only
+from zoomattn.reporting.common.published_rule import beside, rule_evals, rules_by_benchmark
 from zoomattn.reporting.common.tables import (
     GAPS,
     cell,
@@ -170,7 +171,8 @@ def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
         parts.append("No ξ=auto cell in this grid.\n")
 
     # Table 1
-    t1 = select(df, [r for r in rows if r.kind in ("base", "lora", "xi")], columns)
+    t1_rows = [r for r in rows if r.kind in ("base", "lora", "xi")]
+    t1 = select(df, t1_rows, columns)
     note = f"{caption}. {seed_note} Only g = max runs enter this table; mean over all columns."
     title = f"Table 1{kind}: ξ sweep by benchmark and query placement"
     parts.append(
@@ -194,6 +196,9 @@ def build_report(spec: dict, inputs: dict[str, list], out: Path) -> None:
         figures.published_curves(mapped, placements, out / "table1_published.png")
         parts.append("![Table 1, published (paper scale, not our runs)](table1_published.png)\n")
         compared = comparison(t1, benchmarks)
+        t1_rule = select(scores_frame(spec, rule_evals(evals)), t1_rows, columns)
+        on = ["row", "benchmark", "placement"]
+        compared = beside(compared, comparison(t1_rule, benchmarks), on, rules_by_benchmark(evals))
         compared.to_csv(out / "table1_comparison.csv", index=False)
         side = "the paper's own benchmarks" if real else "ours on synthetic analogues"
         ours = [cell(*v) for v in compared[["ours", "ci_low", "ci_high"]].to_numpy()]
