@@ -28,7 +28,7 @@ PAPER_RULES = {
     ("opamp", "faitheval"): "faitheval_opamp",
     ("rectification", "contains"): "alce_contains",
     ("rectification", "str_em"): "alce_str_em",
-    ("mudaf", "pm"): "longbench_f1",
+    ("mudaf", "pm"): "mudaf_f1",
     ("lkg", "em"): "squad_em",
 }
 

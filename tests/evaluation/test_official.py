@@ -6,7 +6,11 @@
 - faitheval_opamp: wuhy68/OpampAdapter evaluation/Faitheval/evaluate_faith.py (``answerKey in
   pred_answer``; the valid-phrase lists for unanswerable / inconsistent);
 - alce_str_em / alce_contains: princeton-nlp/ALCE eval.py, ``compute_str_em`` with
-  ``exact_presence``, and main()'s cleaning of the output (first line, ``remove_citations``).
+  ``exact_presence``, and main()'s cleaning of the output (first line, ``remove_citations``);
+- opamp_em_substring: the latest wuhy68/OpampAdapter evaluation/Benchmark/evaluate_benchmark.py,
+  ``exact_match_score`` (``ground_truth in prediction`` after lower() and strip());
+- mudaf_f1: MuDAF eval/eval.py ``preprocess(text, use_default_eos=True)`` (DEFAULT_EOS cut in
+  turn, as scripts/eval.sh runs it) then LongBench's ``qa_f1_score``.
 """
 
 import pytest
@@ -27,6 +31,7 @@ def score(rule, prediction, record):
 def test_every_rule_names_its_source_and_summary():
     expected = {"squad_em", "longbench_f1", "faitheval", "opamp_em", "opamp_pm"}
     expected |= {"faitheval_opamp", "alce_str_em", "alce_contains", "mc_acc"}
+    expected |= {"opamp_em_substring", "mudaf_f1"}
     assert set(RULES) == expected
     for name, rule in RULES.items():
         assert rule.name == name and rule.source and rule.summary
@@ -183,3 +188,37 @@ def test_mc_acc_reads_the_option_the_reply_commits_to():
     assert score("mc_acc", "The answer is (c).", quality) == 1.0
     assert score("mc_acc", "C) o1", quality) == 0.0  # letter C, text of A
     assert score("mc_acc", "o3", quality) == 1.0
+
+
+# --- the latest OpAmp script's EM; MuDAF's F1 after its end-marker cut ----------------------------
+
+
+@pytest.mark.parametrize(
+    "prediction,answers,expected",
+    [
+        ("It is PARIS.", ["Paris"], 1.0),  # lower-cased substring
+        ("the smart cat", ["art"], 1.0),  # a character substring counts
+        ("Paris", ["Paris, France"], 0.0),  # only gold-in-reply, not the reverse
+        ("the U.S.", ["US"], 0.0),  # no punctuation stripping
+    ],
+)
+def test_opamp_em_substring_is_a_lower_cased_gold_in_reply_test(prediction, answers, expected):
+    assert score("opamp_em_substring", prediction, rec(answers)) == expected
+
+
+@pytest.mark.parametrize(
+    "prediction,expected_cut",
+    [
+        ("Paris\nbecause the text says so", "Paris"),
+        ("Paris</s>junk", "Paris"),
+        ("Paris</p> more", "Paris"),
+        ("Paris\\n more", "Paris"),
+        ("Paris", "Paris"),
+    ],
+)
+def test_mudaf_f1_scores_the_reply_cut_at_its_first_end_marker(prediction, expected_cut):
+    record = rec(["Paris"])
+    assert score("mudaf_f1", prediction, record) == 1.0
+    assert score("mudaf_f1", prediction, record) == score("longbench_f1", expected_cut, record)
+    if prediction != expected_cut:  # the uncut reply scores lower by LongBench's F1 alone
+        assert score("longbench_f1", prediction, record) < 1.0

@@ -74,6 +74,14 @@ def opamp_pm(prediction: str, record: dict) -> float:
     return max(_opamp_pm_one(prediction, g) for g in record["answers"])
 
 
+def opamp_em_substring(prediction: str, record: dict) -> float:
+    """The EM of the latest evaluate_benchmark.py (the other version of the authors' script):
+    some gold, lower-cased and stripped, is a substring of the lower-cased, stripped reply (no
+    other normalisation). Its other score there is token F1 (``longbench_f1``)."""
+    reply = prediction.lower().strip()
+    return float(any(g.lower().strip() in reply for g in record["answers"]))
+
+
 def faitheval_opamp(prediction: str, record: dict) -> float:
     """OpAmp's FaithEval scoring (evaluation/Faitheval/evaluate_faith.py): counterfactual is
     correct when the answer key occurs in the stripped reply, case-sensitively (so any capital
@@ -84,6 +92,24 @@ def faitheval_opamp(prediction: str, record: dict) -> float:
     if record["subset"] == "counterfactual":
         return float(record["answers"][1] in prediction.strip())
     return metrics.faitheval(prediction, record)
+
+
+# --- MuDAF (its eval/eval.py, run by scripts/eval.sh with --do_preprocess --default_eos) -------
+
+MUDAF_EOS = ("</s>", "\n", "</", "\\")  # eval.py's DEFAULT_EOS, cut in this order
+
+
+def mudaf_output(prediction: str) -> str:
+    """The reply as MuDAF's eval.py preprocess(default_eos) leaves it: cut before the first
+    occurrence of each end marker in turn."""
+    for symbol in MUDAF_EOS:
+        prediction = prediction.split(symbol)[0]
+    return prediction
+
+
+def mudaf_f1(prediction: str, record: dict) -> float:
+    """LongBench's qa_f1_score, best over the golds, on the reply cut at its first end marker."""
+    return metrics.token_f1(mudaf_output(prediction), record["answers"])
 
 
 # --- ALCE (princeton-nlp/ALCE, eval.py) ---------------------------------------------------------
@@ -153,6 +179,20 @@ _RULES = [
         "wuhy68/OpampAdapter evaluation/Benchmark/evaluate_benchmark_api.py, "
         "partial_match_score, max over golds",
         "1 - character Levenshtein distance / longer length, normalised, best over golds",
+    ),
+    Rule(
+        "opamp_em_substring",
+        opamp_em_substring,
+        "wuhy68/OpampAdapter evaluation/Benchmark/evaluate_benchmark.py (latest version), "
+        "exact_match_score(strict=False)",
+        "some lower-cased gold is a substring of the lower-cased reply",
+    ),
+    Rule(
+        "mudaf_f1",
+        mudaf_f1,
+        "MuDAF eval/eval.py (scripts/eval.sh: --do_preprocess --default_eos), qa_f1_score",
+        "LongBench token F1, best over golds, on the reply cut at its first newline, '</s>', "
+        "'</' or backslash",
     ),
     Rule(
         "faitheval_opamp",

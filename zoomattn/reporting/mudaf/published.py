@@ -18,14 +18,11 @@ COLUMNS = ("HotpotQA", "2WikiMQA", "MuSiQue", "Qasper", "ZS-MuSiQue", "ZS-Qasper
 MODEL = "Llama-3.1-8B"
 SOURCE = f"published, {MODEL}, paper scale (MuDAF paper)"
 
-# Every column is LongBench's token F1 (ZeroSCROLLS' MuSiQue and Qasper too, §4.1), decoded
-# greedily by vLLM with 32 new tokens, 128 for Qasper (the authors' evaluation scripts).
-_F1 = (
-    "THUDM/LongBench metrics.py qa_f1_score (the paper §4.1: F1 on every set); greedy per its code"
-)
-SCORING = {
-    col: Published("longbench_f1", 0.0, _F1, 128 if "Qasper" in col else 32) for col in COLUMNS
-}
+# Every column is LongBench's token F1 (ZeroSCROLLS' MuSiQue and Qasper too, §4.1) on the reply
+# cut at its first end marker, decoded greedily by vLLM with 32 new tokens, 128 for Qasper (the
+# authors' eval/eval.py as scripts/eval.sh runs it, eval/pred.py, eval/eval_config.json).
+_F1 = "MuDAF eval/eval.py (--do_preprocess --default_eos) with LongBench's qa_f1_score; greedy"
+SCORING = {col: Published("mudaf_f1", 0.0, _F1, 128 if "Qasper" in col else 32) for col in COLUMNS}
 
 TABLE2 = {  # the six columns, then Avg.
     "GPT-4o": [68.3, 49.5, 39.8, 46.1, 59.5, 48.7, 52.0],
