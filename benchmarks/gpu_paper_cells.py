@@ -250,15 +250,15 @@ def _train(task: dict, model, tok, objective) -> dict:
 
 
 def _generate(task: dict, model, tok) -> dict:
-    """Generated tokens/s of ``greedy_answers`` on one batch (after a 2-token warm-up)."""
-    from zoomattn.evaluation.generate import greedy_answers
+    """Generated tokens/s of ``generate_answers`` on one batch (after a 2-token warm-up)."""
+    from zoomattn.evaluation.generate import generate_answers
 
     ev = task["eval"]
     prompts = sized_records(tok, ev["batch_size"], ev["prompt_tokens"] + 2, 2, seed=1)
     if task["warmup"]:
-        greedy_answers(model, tok, prompts, ev["batch_size"], 2, desc="warm-up")
+        generate_answers(model, tok, prompts, ev["batch_size"], 2, desc="warm-up")
     t0 = time.perf_counter()  # the answers reach the host at the end: no sync needed
-    answers = greedy_answers(model, tok, prompts, ev["batch_size"], ev["max_new_tokens"])
+    answers = generate_answers(model, tok, prompts, ev["batch_size"], ev["max_new_tokens"])
     took = time.perf_counter() - t0
     n = sum(len(tok(a, add_special_tokens=False)["input_ids"]) for a in answers)
     return {"eval_s": took, "eval_tokens": n, "eval_tokens_per_s": n / took}
