@@ -179,3 +179,17 @@ def test_scoring_keys_leave_the_data_specs_unchanged(specs):
     assert other.evaluate("qlora_s0", "coqa_like", "r0") != specs.evaluate(
         "qlora_s0", "coqa_like", "r0"
     )
+
+
+def test_a_model_is_evaluated_on_the_quantization_its_study_trained_it_with():
+    raw = copy.deepcopy(RAW)
+    raw["preset"] = "smoke"
+    block = raw["presets"]["smoke"]["studies"]["rectification"]
+    quant = {**raw["presets"]["smoke"]["finetune"]["quantization"], "quant_type": "fp4"}
+    block["finetune"] = {**block["finetune"], "quantization": quant}
+    specs = Specs(load_config(raw))
+    model = "rectification/rectify-xi3-reverse_s0"
+    assert specs.finetune(model)["finetune"]["quantization"] == quant
+    assert specs.evaluate(model, "nq_like", "reverse")["quantization"] == quant
+    assert specs.evaluate("opamp-K10_s0", "coqa_like", "r0")["quantization"]["quant_type"] == "nf4"
+    assert specs.evaluate("base", "coqa_like", "r0")["quantization"]["quant_type"] == "nf4"

@@ -40,11 +40,21 @@ class Specs:
         method = self.grid.method(model) if model else None
         return {
             "preset": self.preset,
-            "quantization": self.cfg["finetune"]["quantization"],
+            "quantization": self._quantization(model),
             "evaluation_base": self.cfg["evaluation"].get("base", "quantized"),
             "device": self._device("evaluate"),
             "code": code_hash(stage, method),
         }
+
+    def _quantization(self, model: str | None) -> dict:
+        """The base's quantization a model was trained on (its study's or entry's ``finetune`` may
+        override the preset's), so it is loaded for evaluation as it was trained; a base model:
+        the preset's."""
+        m = self.grid.models.get(model) if model else None
+        if m is None:
+            return self.cfg["finetune"]["quantization"]
+        study = self.grid.studies[m.study]
+        return {**study.finetune, **m.finetune}["quantization"]
 
     # ---- data ---------------------------------------------------------------------------------
     def world(self) -> dict:
