@@ -4,7 +4,9 @@ Every step is the method's objective's ``step`` (``zoomattn.methods.protocol.Obj
 answer loss alone (``answer_loss.AnswerLoss``) unless the method has a training step of its own
 (MuDAF's contrastive term, LKG-RALM's estimator losses), accumulated over micro-batches and drawn
 from (seed, step). A method that adds tokens to the tokenizer (``Method.prepare_tokenizer``) gets
-that tokenizer saved with the model.
+that tokenizer saved with the model. Under torchrun (``finetune.processes`` > 1) each process
+trains its share of every batch and the gradients are summed (``distributed.py``,
+docs/distributed.md).
 """
 
 from __future__ import annotations
