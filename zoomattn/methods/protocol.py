@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -35,9 +36,26 @@ class ResolveContext:
     middle_heads: list | None = None  # the base's middle-focused heads (head patterns)
 
 
+def micro_batch_starts(n: int, micro_batch_size: int, rank: int = 0, world_size: int = 1) -> range:
+    """Where this process's micro-batches start among ``n`` items: micro-batch i runs on process
+    i mod ``world_size`` (one process: every micro-batch)."""
+    return range(rank * micro_batch_size, n, micro_batch_size * world_size)
+
+
+def _unchanged(values: list[float]) -> list[float]:
+    return values
+
+
 @dataclass(frozen=True)
 class StepBatch:
-    """One optimiser step's batch, as an objective receives it."""
+    """One optimiser step's batch, as an objective receives it.
+
+    Under data parallelism (``training/distributed.py``) every process holds the whole batch, so
+    the counts an objective normalises by (answer tokens, contrastive rows) are the whole
+    batch's with no communication, but runs forward and backward only on its own micro-batches
+    (``micro_batches``); fine-tuning sums the gradients over the processes. An objective returns
+    the whole batch's metrics: it adds up its partial sums with ``sum_over_ranks``.
+    """
 
     records: list[dict]  # the records, documents and golden passages included
     examples: list[dict]  # their encoded training examples, in the same order
@@ -45,6 +63,20 @@ class StepBatch:
     micro_batch_size: int  # examples per forward; the gradient is the whole batch's
     seed: int  # the cell's seed: with ``step``, what an objective may draw from
     step: int
+    rank: int = 0  # this process among the data-parallel ones
+    world_size: int = 1
+    sum_over_ranks: Callable[[list[float]], list[float]] = _unchanged  # each value's sum
+
+    def micro_batches(self, n: int | None = None) -> range:
+        """Start indices of this process's micro-batches among ``n`` items (default: the
+        batch's examples)."""
+        n = len(self.examples) if n is None else n
+        return micro_batch_starts(n, self.micro_batch_size, self.rank, self.world_size)
+
+    @property
+    def one_pass(self) -> bool:
+        """The whole batch in one forward on one process (no accumulation, no sharing)."""
+        return self.world_size == 1 and self.micro_batch_size >= len(self.examples)
 
 
 @runtime_checkable

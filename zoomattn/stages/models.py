@@ -77,24 +77,29 @@ def finetune(
     heads LKG-RALM fuses on; each logged with the run. The base's tokenizer is in the context too
     (LKG-RALM records the ids of the boundary tokens it adds)."""
     from zoomattn.io import atomic_dir
-    from zoomattn.methods import METHODS, ResolveContext
-    from zoomattn.modeling.loading import load_tokenizer
+    from zoomattn.methods import METHODS
+    from zoomattn.placement import Placement
+    from zoomattn.training import distributed
     from zoomattn.training.finetune import finetune as run_finetune
 
+    processes = spec["finetune"].get("processes", 1)
+    if processes > 1 and not distributed.launched_by_torchrun():
+        distributed.relaunch_under_torchrun(processes)  # this same command, in each process
+    world = distributed.join(Placement.from_spec(spec.get("device")).device)
     method = METHODS[spec["method"]]
+    if not world.is_main:  # the first process holds the MLflow run and writes the model
+        values = _resolved(method, spec, base_dir, margin, heads, patterns)
+        spec = {**spec, "method_config": values}
+        run_finetune(spec, method.make_config(values), data_dir, base_dir, out, ckpt, threads)
+        distributed.leave(world)
+        return
     with job_run(spec, "finetune", spec["run"], results) as run, atomic_dir(out) as tmp:
         t0 = time.time()
-        context = ResolveContext(
-            tokenizer=load_tokenizer(base_dir),
-            xi_auto=read_json(margin)["xi_auto"] if margin else None,
-            selected_heads=read_json(heads)["selected"] if heads else None,
-            middle_heads=read_json(patterns)["middle_heads"] if patterns else None,
-        )
         if heads:
             run.log_artifacts(heads, "selected_heads")
         if patterns:
             run.log_artifacts(patterns, "head_patterns")
-        values = method.resolve(spec["method_config"], spec["finetune"]["lora"], context)
+        values = _resolved(method, spec, base_dir, margin, heads, patterns)
         cfg = method.make_config(values)  # the job's typed config, handed to every hook
         run.set_tags({f"method.{k}": str(v) for k, v in values.items()})
         # the resolved values (selected heads, xi_auto, ...) are part of the cell the trainer
@@ -102,7 +107,16 @@ def finetune(
         spec = {**spec, "method_config": values}
         on_start = tag_resumed_from(run)
         metrics = run_finetune(
-            spec, cfg, data_dir, base_dir, tmp, ckpt, threads, run.log_metrics, on_start
+            spec,
+            cfg,
+            data_dir,
+            base_dir,
+            tmp,
+            ckpt,
+            threads,
+            run.log_metrics,
+            on_start,
+            run.set_tags,
         )
         write_json(tmp / "metrics.json", metrics)
         run.log_metrics({**metrics, "wall_seconds": time.time() - t0})
@@ -112,6 +126,22 @@ def finetune(
         else:
             run.log_artifacts(tmp, "adapter")
     clear_checkpoints(ckpt)
+    distributed.leave(world)
+
+
+def _resolved(method, spec: dict, base_dir: Path, margin, heads, patterns) -> dict:
+    """The method values a cell is built and saved with (``Method.resolve``), from the base's
+    tokenizer and what the workflow measured on the base."""
+    from zoomattn.methods import ResolveContext
+    from zoomattn.modeling.loading import load_tokenizer
+
+    context = ResolveContext(
+        tokenizer=load_tokenizer(base_dir),
+        xi_auto=read_json(margin)["xi_auto"] if margin else None,
+        selected_heads=read_json(heads)["selected"] if heads else None,
+        middle_heads=read_json(patterns)["middle_heads"] if patterns else None,
+    )
+    return method.resolve(spec["method_config"], spec["finetune"]["lora"], context)
 
 
 def select_heads(spec: dict, scores: Path, out: Path, results: Path) -> None:

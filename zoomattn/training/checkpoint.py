@@ -66,15 +66,20 @@ def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 class Checkpointer:
-    def __init__(self, directory: str | Path, every: int, identity: str):
+    def __init__(self, directory: str | Path, every: int, identity: str, writer: bool = True):
+        """``writer``: this process saves and discards checkpoints (of several data-parallel
+        processes only the first does; every one restores)."""
         self.path = Path(directory) / "state.pt"
         self.every = every
         self.identity = identity
+        self.writer = writer
 
     def due(self, step: int) -> bool:
         return self.every > 0 and step % self.every == 0
 
     def save(self, step: int, model: torch.nn.Module, optimizer, extra: dict | None = None) -> None:
+        if not self.writer:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         state = {
             "identity": self.identity,
@@ -139,7 +144,8 @@ class Checkpointer:
             state.get("step", 0),
             why,
         )
-        self.path.unlink()
+        if self.writer:
+            self.path.unlink()
 
 
 class MetricHistory:

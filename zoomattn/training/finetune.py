@@ -4,7 +4,9 @@ Every step is the method's objective's ``step`` (``zoomattn.methods.protocol.Obj
 answer loss alone (``answer_loss.AnswerLoss``) unless the method has a training step of its own
 (MuDAF's contrastive term, LKG-RALM's estimator losses), accumulated over micro-batches and drawn
 from (seed, step). A method that adds tokens to the tokenizer (``Method.prepare_tokenizer``) gets
-that tokenizer saved with the model.
+that tokenizer saved with the model. Under torchrun (``finetune.processes`` > 1) each process
+trains its share of every batch and the gradients are summed (``distributed.py``,
+docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from zoomattn.modeling.loading import (
     save_finetuned,
 )
 from zoomattn.placement import Placement
+from zoomattn.training import distributed
 from zoomattn.training.answer_loss import AnswerLoss
 from zoomattn.training.checkpoint import Checkpointer, job_identity
 from zoomattn.training.overlong import fit_examples
@@ -91,6 +94,19 @@ def batch_indices(
     return batches[k]
 
 
+def micro_batch_size(ft: dict, processes: int) -> int:
+    """Examples per forward: ``micro_batch_size`` (default the batch, or its share of it on each
+    of several processes), which must split the global batch evenly over the processes."""
+    micro = ft.get("micro_batch_size") or ft["batch_size"] // processes
+    if processes > 1 and (micro == 0 or ft["batch_size"] % (micro * processes)):
+        raise ValueError(
+            f"finetune.batch_size {ft['batch_size']} is not a whole number of micro-batches of "
+            f"{micro} (finetune.micro_batch_size) for each of {processes} processes "
+            "(finetune.processes)"
+        )
+    return micro
+
+
 def finetune(
     cell: dict,
     method_cfg,
@@ -101,17 +117,31 @@ def finetune(
     threads: int,
     on_metrics=lambda metrics, step: None,
     on_start=lambda resumed_from_step: None,
+    on_tags=lambda tags: None,
 ) -> dict:
     """Train one cell. ``method_cfg`` is the method's typed config, made from the cell's (resolved)
     ``method_config``, which is what the model is saved with. A checkpoint is resumed only when
     made for the same cell (every value of it, the resolved method values and the code hash
     included) on the same data and base; a resumed run first sends ``on_metrics`` the metrics
     logged before the interruption again. ``on_start`` gets the step training resumes from (0:
-    from scratch)."""
+    from scratch). Started by torchrun (``finetune.processes`` > 1), this process trains its
+    share of every batch (``distributed.py``) and only the first one reports (``on_metrics``,
+    ``on_start``, ``on_tags``: the world size, engine and every process's device) and writes
+    (checkpoints, the model); ``threads`` are shared among the processes."""
     ft = {**DEFAULTS, **cell["finetune"]}
+    placement = Placement.from_spec(cell.get("device"))
+    world = distributed.join(placement.device)
+    if world.size != ft.get("processes", 1):
+        raise ValueError(
+            f"finetune.processes is {ft.get('processes', 1)} but this job runs {world.size} "
+            "process(es): `python -m zoomattn finetune` starts torchrun for it"
+        )
+    micro = micro_batch_size(ft, world.size)
+    if not world.is_main:  # the first process reports for all
+        on_metrics, on_start, on_tags = (lambda *args: None,) * 3
     torch.manual_seed(cell["seed"])
     random.seed(cell["seed"])
-    torch.set_num_threads(threads)
+    torch.set_num_threads(max(1, threads // world.size))
     tok = load_tokenizer(base_dir)
     method = METHODS[cell["method"]]
     if not isinstance(method_cfg, method.config_cls):
@@ -124,7 +154,6 @@ def finetune(
         raise ValueError(f"{data_dir}: no training example fits finetune.max_length")
     lengths = [len(e["input_ids"]) for e in encoded]
     objective = method.objective(method_cfg) or AnswerLoss()
-    placement = Placement.from_spec(cell.get("device"))
     model = build_trainable(
         base_dir, cell["method"], method_cfg, ft["lora"], ft["quantization"], placement
     )
@@ -132,15 +161,25 @@ def finetune(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     trainable = [p for p in model.parameters() if p.requires_grad]
     n_trainable = sum(p.numel() for p in trainable)
+    distributed.broadcast_from_main(world, trainable)
+    distributed.seed_dropout(world, cell["seed"])
+    on_tags(world_tags(world, model.device))
     optimizer = make_optimizer(ft["optimizer"], trainable, ft["lr"])
-    ckpt = Checkpointer(ckpt_dir, ft["checkpoint_every"], job_identity(cell, data_dir, base_dir))
-    step, extra, history = ckpt.resume(model, optimizer, on_metrics, on_start)
+    identity = job_identity(cell, data_dir, base_dir)
+    ckpt = Checkpointer(ckpt_dir, ft["checkpoint_every"], identity, writer=world.is_main)
+    with distributed.main_first(world):  # the first may discard a stale checkpoint
+        step, extra, history = ckpt.resume(model, optimizer, on_metrics, on_start)
     if step:
         log.info("resumed %s from step %d", cell["run"], step)
     window: list[dict[str, float]] = extra.get("window", [])  # steps since the last log
     model.train()
-    bar = tqdm(total=ft["steps"], initial=step, desc=f"finetune {cell['run']}", mininterval=5)
-    micro = ft.get("micro_batch_size") or ft["batch_size"]
+    bar = tqdm(
+        total=ft["steps"],
+        initial=step,
+        desc=f"finetune {cell['run']}",
+        mininterval=5,
+        disable=not world.is_main,
+    )
     while step < ft["steps"]:
         idx = batch_indices(lengths, ft["batch_size"], cell["seed"], step)
         batch = StepBatch(
@@ -150,8 +189,12 @@ def finetune(
             micro_batch_size=micro,
             seed=cell["seed"],
             step=step,
+            rank=world.rank,
+            world_size=world.size,
+            sum_over_ranks=distributed.sum_over_ranks(world),
         )
         metrics = objective.step(model, tok, batch)
+        distributed.sum_gradients(world, trainable)
         torch.nn.utils.clip_grad_norm_(trainable, ft["max_grad_norm"])
         factor = lr_factor(step, ft["steps"], ft["warmup_ratio"], ft["lr_schedule"])
         for group in optimizer.param_groups:
@@ -168,6 +211,9 @@ def finetune(
         if ckpt.due(step):
             ckpt.save(step, model, optimizer, {"metrics": history.by_step, "window": window})
     bar.close()
+    result = {"steps": step, "trainable_params": n_trainable, "dropped_too_long": dropped}
+    if not world.is_main:
+        return result
     save_finetuned(model, out_dir, cell["method"], cell["method_config"])
     if own_tokenizer:
         tok.save_pretrained(out_dir)
@@ -178,4 +224,14 @@ def finetune(
         )
         if own_tokenizer:
             tok.save_pretrained(out_dir / MERGED_DIR)
-    return {"steps": step, "trainable_params": n_trainable, "dropped_too_long": dropped}
+    return result
+
+
+def world_tags(world: distributed.World, device) -> dict[str, str]:
+    """What a run records of its processes: how many, the launcher, each one's device."""
+    return {
+        "distributed.world_size": str(world.size),
+        "distributed.engine": distributed.ENGINE if world.distributed else "single process",
+        "distributed.backend": world.backend,
+        "distributed.devices": " ".join(distributed.devices(world, device)),
+    }

@@ -71,16 +71,18 @@ class LkgObjective:
 
         The answer loss is split as ``answer_loss.backward_batch`` splits it (each micro-batch's
         token sum over the whole batch's scored tokens); each auxiliary loss is a mean over the
-        micro-batch, weighted by its share of the batch's rows."""
+        micro-batch, weighted by its share of the batch's rows. With several processes this one
+        runs its own micro-batches (``StepBatch.micro_batches``) and the metrics are summed over
+        the processes."""
         state = lkg_module(model).state
         records, examples, micro = batch.records, batch.examples, batch.micro_batch_size
         n = len(examples)
         n_scored = scored_tokens(examples)
         qa, aux, hits, rows = 0.0, dict.fromkeys(AUX, 0.0), 0, 0
-        for i in range(0, n, micro):
+        for i in batch.micro_batches():
             chunk, recs = examples[i : i + micro], records[i : i + micro]
             inputs = pad_batch(chunk, batch.pad_id, model.device)
-            extra = {} if micro >= n else {"num_items_in_batch": n_scored}
+            extra = {} if batch.one_pass else {"num_items_in_batch": n_scored}
             loss = model(**inputs, **extra).loss
             qa += loss.item()
             if state.alpha is not None:
@@ -95,6 +97,8 @@ class LkgObjective:
                     if self.cfg.aux_weight > 0:
                         loss = loss + self.cfg.aux_weight * share * sum(terms.values())
             loss.backward()
+        qa, hits, rows, *parts = batch.sum_over_ranks([qa, hits, rows, *aux.values()])
+        aux = dict(zip(AUX, parts, strict=True))
         metrics = {"train_loss": qa + self.cfg.aux_weight * sum(aux.values()), "qa_loss": qa}
         if self.has_alpha:
             metrics["golden_top1"] = hits / rows if rows else 0.0
