@@ -18,6 +18,10 @@ from pathlib import Path
 
 import torch
 
+from zoomattn.training import distributed
+from zoomattn.training.distributed import SINGLE, World
+from zoomattn.training.sharding import ShardedAdamW
+
 log = logging.getLogger(__name__)
 
 # Inputs are hashed by content up to this size, bigger files by their size alone. A job's input
@@ -66,41 +70,53 @@ def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 class Checkpointer:
-    def __init__(self, directory: str | Path, every: int, identity: str, writer: bool = True):
-        """``writer``: this process saves and discards checkpoints (of several data-parallel
-        processes only the first does; every one restores)."""
+    def __init__(self, directory: str | Path, every: int, identity: str, world: World = SINGLE):
+        """Of several processes (``world``) only the first writes and discards checkpoints;
+        every one takes part in saving (its random streams, its optimiser shard) and restores."""
         self.path = Path(directory) / "state.pt"
         self.every = every
         self.identity = identity
-        self.writer = writer
+        self.world = world
+        self.writer = world.is_main
 
     def due(self, step: int) -> bool:
         return self.every > 0 and step % self.every == 0
 
     def save(self, step: int, model: torch.nn.Module, optimizer, extra: dict | None = None) -> None:
+        """Write the state of ``step``; under several processes a collective every one calls."""
+        ranks_rng = distributed.gather_rng_states(self.world) if self.world.distributed else None
+        if isinstance(optimizer, ShardedAdamW):
+            weights, optimizer_state = optimizer.consolidated() or (None, None)
+        elif self.writer:
+            weights, optimizer_state = trainable_state(model), optimizer.state_dict()
         if not self.writer:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         state = {
             "identity": self.identity,
             "step": step,
-            "weights": trainable_state(model),
-            "optimizer": optimizer.state_dict(),
+            "weights": weights,
+            "optimizer": optimizer_state,
             "torch_rng": torch.get_rng_state(),
             "python_rng": random.getstate(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             "extra": extra or {},
         }
+        if ranks_rng:
+            state["ranks_rng"] = ranks_rng  # every process's dropout streams, by rank
         tmp = self.path.with_suffix(".tmp")
         torch.save(state, tmp)
         os.replace(tmp, self.path)
 
     def restore(self, model: torch.nn.Module, optimizer) -> tuple[int, dict]:
-        """Load the last state into model and optimizer; (0, {}) when there is none or when it
-        was made for another job identity (then it is deleted)."""
+        """Load the last state into model and optimizer (a sharded optimiser takes its shard),
+        and this process's random streams; (0, {}) when there is none or when it was made for
+        another job identity (then it is deleted)."""
         if not self.path.exists():
             return 0, {}
-        state = torch.load(self.path, weights_only=False)
+        sharded = isinstance(optimizer, ShardedAdamW)
+        # a sharded state is a whole model's: mapped, each process reads only what it takes
+        state = torch.load(self.path, weights_only=False, mmap=sharded)
         if state.get("identity") != self.identity:
             self._discard(state)
             return 0, {}
@@ -110,15 +126,27 @@ class Checkpointer:
             raise RuntimeError(
                 f"{self.path}: checkpoint names unknown parameters {sorted(missing)[:3]}"
             )
-        with torch.no_grad():
-            for name, value in state["weights"].items():
-                params[name].copy_(value)
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate(state["python_rng"])
-        if state.get("cuda_rng") is not None:  # dropout on a GPU draws from the CUDA generator
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        if sharded:
+            optimizer.load(state["weights"], state["optimizer"])
+        else:
+            with torch.no_grad():
+                for name, value in state["weights"].items():
+                    params[name].copy_(value)
+            optimizer.load_state_dict(state["optimizer"])
+        self._restore_rng(state)
         return state["step"], state["extra"]
+
+    def _restore_rng(self, state: dict) -> None:
+        ranks_rng = state.get("ranks_rng")
+        if ranks_rng is None:  # one process wrote it
+            ranks_rng = [{"torch": state["torch_rng"], "python": state["python_rng"]}]
+            ranks_rng[0]["cuda"] = state.get("cuda_rng")
+        if len(ranks_rng) != self.world.size:
+            raise RuntimeError(
+                f"{self.path}: random streams of {len(ranks_rng)} process(es), this run has "
+                f"{self.world.size}"
+            )
+        distributed.set_rng_state(ranks_rng[self.world.rank])
 
     def resume(self, model, optimizer, on_metrics, on_start) -> tuple[int, dict, MetricHistory]:
         """``restore``, then tell ``on_start`` the step training goes on from (0: from scratch)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import sys
 from dataclasses import dataclass
 
@@ -111,12 +112,16 @@ def broadcast_from_main(world: World, params: list[torch.Tensor]) -> None:
             dist.broadcast(p.data, src=0)
 
 
-def sum_gradients(world: World, params: list[torch.Tensor]) -> None:
+CHUNK_BYTES = 256 << 20  # the most one gradient all-reduce moves (and the buffer it needs)
+
+
+def sum_gradients(world: World, params: list[torch.Tensor], chunk_bytes: int = CHUNK_BYTES) -> None:
     """Sum every parameter's gradient over the processes: each process's gradient is its share of
     the global batch's (normalised by the global counts), so the sum is the whole batch's, not a
     mean. A parameter no process computed a gradient for keeps none (the optimiser skips it, as
-    in one process); one that some computed gets zeros on the others. One all-reduce per dtype,
-    of the gradients flattened together."""
+    in one process); one that some computed gets zeros on the others. Gradients go in buckets of
+    at most ``chunk_bytes`` (small ones flattened together, a big one in slices reduced in
+    place), so the sum never holds a second copy of them all."""
     if not world.distributed or not params:
         return
     has = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=world.device)
@@ -125,14 +130,64 @@ def sum_gradients(world: World, params: list[torch.Tensor]) -> None:
     for p in reduced:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    for dtype in sorted({p.grad.dtype for p in reduced}, key=str):
-        grads = [p.grad for p in reduced if p.grad.dtype == dtype]
-        flat = torch.cat([g.reshape(-1) for g in grads])
+    grads = [p.grad.view(-1) for p in reduced]
+    for bucket in gradient_buckets(grads, chunk_bytes):
+        if len(bucket) == 1:
+            i, lo, hi = bucket[0]
+            dist.all_reduce(grads[i][lo:hi])  # a contiguous slice: reduced in place
+            continue
+        flat = torch.cat([grads[i][lo:hi] for i, lo, hi in bucket])
         dist.all_reduce(flat)
         offset = 0
-        for g in grads:
-            g.copy_(flat[offset : offset + g.numel()].view_as(g))
-            offset += g.numel()
+        for i, lo, hi in bucket:
+            grads[i][lo:hi].copy_(flat[offset : offset + hi - lo])
+            offset += hi - lo
+
+
+def gradient_buckets(grads: list[torch.Tensor], chunk_bytes: int) -> list[list[tuple]]:
+    """The all-reduces of ``sum_gradients``: lists of (gradient index, from, to) slices of flat
+    gradients, of one dtype and at most ``chunk_bytes`` together, in order, covering each
+    gradient once."""
+    buckets: list[list[tuple]] = []
+    current, used, dtype = [], 0, None
+    for i, g in enumerate(grads):
+        step = max(1, chunk_bytes // g.element_size())
+        for lo in range(0, g.numel(), step):
+            hi = min(lo + step, g.numel())
+            size = (hi - lo) * g.element_size()
+            if current and (used + size > chunk_bytes or g.dtype != dtype):
+                buckets.append(current)
+                current, used = [], 0
+            current.append((i, lo, hi))
+            used, dtype = used + size, g.dtype
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def rng_state() -> dict:
+    """This process's random streams (dropout draws from torch's, on a GPU from CUDA's)."""
+    return {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if state.get("cuda") is not None:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def gather_rng_states(world: World) -> list[dict] | None:
+    """Every process's ``rng_state``, by rank, on the first process (None on the others)."""
+    if not world.distributed:
+        return [rng_state()]
+    out: list = [None] * world.size if world.is_main else None
+    dist.gather_object(rng_state(), out, dst=0)
+    return out
 
 
 def sum_over_ranks(world: World):

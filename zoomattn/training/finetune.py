@@ -34,6 +34,7 @@ from zoomattn.training import distributed
 from zoomattn.training.answer_loss import AnswerLoss
 from zoomattn.training.checkpoint import Checkpointer, job_identity
 from zoomattn.training.overlong import fit_examples
+from zoomattn.training.sharding import ShardedAdamW
 
 log = logging.getLogger(__name__)
 
@@ -163,10 +164,14 @@ def finetune(
     n_trainable = sum(p.numel() for p in trainable)
     distributed.broadcast_from_main(world, trainable)
     distributed.seed_dropout(world, cell["seed"])
-    on_tags(world_tags(world, model.device))
-    optimizer = make_optimizer(ft["optimizer"], trainable, ft["lr"])
+    sharded = world.distributed and is_full(model)  # a whole model's optimiser: sharded
+    on_tags(world_tags(world, model.device, sharded))
+    if sharded:
+        optimizer = sharded_optimizer(ft, world, model, placement.torch_dtype())
+    else:
+        optimizer = make_optimizer(ft["optimizer"], trainable, ft["lr"])
     identity = job_identity(cell, data_dir, base_dir)
-    ckpt = Checkpointer(ckpt_dir, ft["checkpoint_every"], identity, writer=world.is_main)
+    ckpt = Checkpointer(ckpt_dir, ft["checkpoint_every"], identity, world)
     with distributed.main_first(world):  # the first may discard a stale checkpoint
         step, extra, history = ckpt.resume(model, optimizer, on_metrics, on_start)
     if step:
@@ -194,13 +199,16 @@ def finetune(
             sum_over_ranks=distributed.sum_over_ranks(world),
         )
         metrics = objective.step(model, tok, batch)
-        distributed.sum_gradients(world, trainable)
-        torch.nn.utils.clip_grad_norm_(trainable, ft["max_grad_norm"])
-        factor = lr_factor(step, ft["steps"], ft["warmup_ratio"], ft["lr_schedule"])
-        for group in optimizer.param_groups:
-            group["lr"] = ft["lr"] * factor
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        lr = ft["lr"] * lr_factor(step, ft["steps"], ft["warmup_ratio"], ft["lr_schedule"])
+        if sharded:  # summed and scattered, clipped on the global norm, stepped, gathered
+            optimizer.step(ft["max_grad_norm"], lr)
+        else:
+            distributed.sum_gradients(world, trainable)
+            torch.nn.utils.clip_grad_norm_(trainable, ft["max_grad_norm"])
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
         step += 1
         window.append(metrics)
         bar.update(1)
@@ -211,6 +219,8 @@ def finetune(
         if ckpt.due(step):
             ckpt.save(step, model, optimizer, {"metrics": history.by_step, "window": window})
     bar.close()
+    if sharded:  # the fp32 master weights into the model, saved as one process saves them
+        optimizer.write_master_weights()
     result = {"steps": step, "trainable_params": n_trainable, "dropped_too_long": dropped}
     if not world.is_main:
         return result
@@ -227,11 +237,25 @@ def finetune(
     return result
 
 
-def world_tags(world: distributed.World, device) -> dict[str, str]:
-    """What a run records of its processes: how many, the launcher, each one's device."""
+def sharded_optimizer(ft: dict, world: distributed.World, model, compute_dtype) -> ShardedAdamW:
+    """The optimiser of a full fine-tune over several processes (``sharding.py``): AdamW with
+    its fp32 master weights and state sharded; the model computes in ``compute_dtype``."""
+    if ft["optimizer"] != "adamw":
+        raise ValueError(
+            f"finetune.optimizer {ft['optimizer']!r}: a full fine-tune over several processes "
+            "(finetune.processes > 1) shards its own AdamW (fp32 states); set it to adamw"
+        )
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    return ShardedAdamW(world, named, ft["lr"], compute_dtype)
+
+
+def world_tags(world: distributed.World, device, sharded: bool = False) -> dict[str, str]:
+    """What a run records of its processes: how many, the launcher (and the sharding of a full
+    fine-tune), each one's device."""
+    engine = distributed.ENGINE + (" + sharded AdamW (ZeRO-2)" if sharded else "")
     return {
         "distributed.world_size": str(world.size),
-        "distributed.engine": distributed.ENGINE if world.distributed else "single process",
+        "distributed.engine": engine if world.distributed else "single process",
         "distributed.backend": world.backend,
         "distributed.devices": " ".join(distributed.devices(world, device)),
     }
