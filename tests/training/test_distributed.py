@@ -135,16 +135,28 @@ def worker(args_file: str) -> None:
 
 
 def run_two_processes(
-    cell, train_dir, base_dir, out: Path, worker="tests.training.test_distributed", extra=None
+    cell,
+    train_dir,
+    base_dir,
+    out: Path,
+    worker="tests.training.test_distributed",
+    extra=None,
+    processes=2,
 ) -> None:
-    """``python -m WORKER ARGS.json`` in 2 processes under torchrun (ARGS: the cell, the
-    directories and ``extra``)."""
+    """``python -m WORKER ARGS.json`` in ``processes`` processes under torchrun (ARGS: the
+    cell, the directories and ``extra``)."""
     out.mkdir(parents=True)
     args = out / "args.json"
     paths = {"out": str(out), "train_dir": str(train_dir), "base_dir": str(base_dir)}
     args.write_text(json.dumps({"cell": cell, **paths, **(extra or {})}))
     env = {k: v for k, v in os.environ.items() if k not in distributed.TORCHRUN_ENV}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={processes}",
+    ]
     command += ["-m", worker, str(args)]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

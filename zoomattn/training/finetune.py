@@ -6,7 +6,8 @@ answer loss alone (``answer_loss.AnswerLoss``) unless the method has a training 
 from (seed, step). A method that adds tokens to the tokenizer (``Method.prepare_tokenizer``) gets
 that tokenizer saved with the model. Under torchrun (``finetune.processes`` > 1) each process
 trains its share of every batch and the gradients are summed (``distributed.py``,
-docs/distributed.md).
+docs/distributed.md); a method that trains the whole model shards its optimiser over the
+processes (``sharding.py``).
 """
 
 from __future__ import annotations
