@@ -32,7 +32,7 @@ from zoomattn.training import checkpoint, distributed, sharding
 from zoomattn.training.batching import encode_example
 from zoomattn.training.checkpoint import Checkpointer
 from zoomattn.training.distributed import SINGLE, World
-from zoomattn.training.finetune import finetune
+from zoomattn.training.finetune import finetune, sharded_optimizer
 from zoomattn.training.sharding import Layout, ShardedAdamW
 
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
@@ -347,6 +347,11 @@ def test_each_process_restores_its_own_random_streams(tmp_path):
     random.seed(12)
     assert torch.equal(got_torch, torch.rand(3)) and got_python == random.random()
     assert distributed.gather_rng_states(SINGLE)[0]["torch"].equal(torch.get_rng_state())
+
+
+def test_a_sharded_full_finetune_refuses_a_paged_optimizer_naming_the_key():
+    with pytest.raises(ValueError, match=r"finetune\.optimizer 'paged_adamw_8bit'.*adamw"):
+        sharded_optimizer({"optimizer": "paged_adamw_8bit"}, SINGLE, None, torch.bfloat16)
 
 
 if __name__ == "__main__":
