@@ -10,25 +10,30 @@ in full). Per cell: the step time of one optimizer step on one micro-batch at th
 preset's batch size and max_new_tokens, prompts of ``--prompt-tokens``), all as ratios to QLoRA at
 the same settings and layer count in the same run. A cell that runs out of memory with every
 layer is retried, with QLoRA, at half the layers, down to ``--min-layers``. Then each custom
-attention function's forward + backward against plain causal SDPA at ``--lengths``. Results: one
-JSON and one Markdown file, with the device named.
+attention function's forward + backward against plain causal SDPA at ``--lengths``, under
+``attention_kernels: reference`` (variant ``opamp``) and ``fused`` (``opamp_fused``) in the same
+run, with the path that actually ran (on the CPU the fused setting runs the reference paths).
+Results: one JSON and one Markdown file, with the device named.
 
     python benchmarks/gpu_paper.py            # CUDA -> benchmarks/results/gpu_paper.{json,md}
+    python benchmarks/gpu_paper.py --attention-only   # the attention functions alone (minutes)
     python benchmarks/gpu_paper.py --smoke --out /tmp/bench   # the whole run, tiny, on the CPU
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
-# bitsandbytes compiles its CPU 4-bit ops (seconds per process); as zoomattn/__main__.py does
-os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+# bitsandbytes compiles its CPU 4-bit ops (seconds per process); as zoomattn/__main__.py does. On
+# CUDA dynamo stays on: the fused kernels may compile (FlexAttention)
+if "--smoke" in sys.argv:
+    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
 import tempfile  # noqa: E402
 from datetime import date  # noqa: E402
 from importlib.metadata import version  # noqa: E402
@@ -62,6 +67,7 @@ SMOKE = dict(  # --smoke: the same run on the CPU, tiny and short (flags given s
 )  # fmt: skip
 PREFERRED = {"opamp": {"K": 10}, "rectify": {"xi": 3, "g": "max"}, "mudaf": {"heads": 8}}
 VARIANTS = ("sdpa", "opamp", "rectified", "lkg_fusion")
+SETTINGS = {"": "reference", "_fused": "fused"}  # variant suffix -> attention_kernels setting
 
 
 def paper_config() -> dict:
@@ -185,19 +191,26 @@ def measure_attention(groups: list[dict], setup: dict, args) -> list[dict]:
     for n in args.lengths:
         results = {}
         for variant in VARIANTS:
-            print(f"[gpu_paper] attention {variant}, {n} tokens", flush=True)
-            results[variant] = guarded(
-                lambda v=variant, n=n: attention_cell(
-                    v, n, setup["task"]["shape"], methods, device, dtype, args.repeats
+            for suffix, setting in SETTINGS.items():
+                if variant == "sdpa" and suffix:
+                    continue  # plain SDPA has no other path
+                print(f"[gpu_paper] attention {variant}{suffix}, {n} tokens", flush=True)
+                results[variant + suffix] = (
+                    setting,
+                    guarded(
+                        lambda v=variant, n=n, s=setting: attention_cell(
+                            v, n, setup["task"]["shape"], methods, device, dtype, args.repeats, s
+                        )
+                    ),
                 )
-            )
-            free_memory()
-        base = results["sdpa"]
-        for variant, r in results.items():
+                free_memory()
+        base = results["sdpa"][1]
+        for variant, (setting, r) in results.items():
             rows.append(
                 {
                     "tokens": n,
                     "variant": variant,
+                    "attention_kernels": setting,
                     "status": "OOM" if r == OOM else "ok",
                     **(r if r != OOM else {}),
                     "time_vs_sdpa": ratio(r, base, "seconds"),
@@ -205,6 +218,21 @@ def measure_attention(groups: list[dict], setup: dict, args) -> list[dict]:
                 }
             )
     return rows
+
+
+def measure_all_steps(groups: list[dict], setup: dict, args, isolate: bool) -> list[dict]:
+    """Every study's cells on random bases saved for the run (deleted after)."""
+    device = setup["task"]["placement"]["device"]
+    with tempfile.TemporaryDirectory(dir=args.workdir, prefix="gpu_paper-") as work:
+        bases = {}
+
+        def base_dir(layers: int) -> Path:
+            if layers not in bases:
+                out = Path(work) / f"base-{layers}"
+                bases[layers] = save_random_base(setup["task"]["shape"], layers, out, device)
+            return bases[layers]
+
+        return measure_steps(groups, setup, run_child if isolate else in_process, base_dir)
 
 
 def git_commit() -> str:
@@ -243,6 +271,9 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, help="default: the preset's evaluation's")
     p.add_argument("--workdir", type=Path, help="where the random base is saved (16 GB)")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, help="a process per cell")
+    p.add_argument(
+        "--attention-only", action="store_true", help="only the attention functions (no model)"
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -286,16 +317,7 @@ def main() -> None:
         },
     }
     isolate = args.isolate if args.isolate is not None else device == "cuda"
-    with tempfile.TemporaryDirectory(dir=args.workdir, prefix="gpu_paper-") as work:
-        bases = {}
-
-        def base_dir(layers: int) -> Path:
-            if layers not in bases:
-                out = Path(work) / f"base-{layers}"
-                bases[layers] = save_random_base(shape, layers, out, device)
-            return bases[layers]
-
-        steps = measure_steps(groups, setup, run_child if isolate else in_process, base_dir)
+    steps = [] if args.attention_only else measure_all_steps(groups, setup, args, isolate)
     attention = measure_attention(groups, setup, args)
     meta = {
         "device": device_name(device),
@@ -303,6 +325,7 @@ def main() -> None:
         "commit": git_commit(),
         **{lib: version(lib) for lib in ("torch", "transformers", "bitsandbytes", "peft")},
         "smoke": args.smoke,
+        "attention_only": args.attention_only,
         "preset": "paper",
         "shape": {**shape, "layers": setup["layers"]},
         "layers_used": sorted({r["layers"] for r in steps}),

@@ -343,12 +343,26 @@ def _lkg_layout(n: int, b) -> tuple[torch.Tensor, int]:
     return torch.tensor([ids]), DOCUMENTS
 
 
-def attention_cell(variant: str, n: int, shape: dict, methods: dict, device: str, dtype, repeats):
-    """Median fwd+bwd seconds and peak memory above the inputs (MiB) of one variant at n tokens."""
-    step = attention_step(variant, n, shape, methods, device, dtype)
-    step()
-    before = reset_peak(device)
-    step()
-    peak = (peak_bytes(device) - before) / 2**20
-    times = [seconds(step, device) for _ in range(repeats)]
-    return {"seconds": statistics.median(times), "peak_mib_above_inputs": peak}
+DISPATCHED_AS = {"opamp": "opamp", "rectified": "rectify", "lkg_fusion": "lkg"}  # kernels' names
+
+
+def attention_cell(
+    variant: str, n: int, shape: dict, methods: dict, device: str, dtype, repeats, setting
+):
+    """Median fwd+bwd seconds and peak memory above the inputs (MiB) of one variant at n tokens,
+    run under ``attention_kernels: setting``; ``path``: the path its attention took
+    (``kernels.paths_run``; on the CPU always the reference)."""
+    from zoomattn.attention import kernels
+
+    with kernels.using(setting):
+        step = attention_step(variant, n, shape, methods, device, dtype)
+        step()
+        before = reset_peak(device)
+        step()
+        peak = (peak_bytes(device) - before) / 2**20
+        times = [seconds(step, device) for _ in range(repeats)]
+        ran = kernels.paths_run()
+    path = (
+        "sdpa" if variant == "sdpa" else ran.get(DISPATCHED_AS[variant], "reference (undispatched)")
+    )
+    return {"seconds": statistics.median(times), "peak_mib_above_inputs": peak, "path": path}

@@ -5,7 +5,7 @@ import copy
 import pytest
 import yaml
 
-from zoomattn.config import ROOT, code_hash, load_config
+from zoomattn.config import ROOT, ConfigError, code_hash, load_config, validate_schema
 from zoomattn.specs import Specs
 
 RAW = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -193,3 +193,26 @@ def test_a_model_is_evaluated_on_the_quantization_its_study_trained_it_with():
     assert specs.evaluate(model, "nq_like", "reverse")["quantization"] == quant
     assert specs.evaluate("opamp-K10_s0", "coqa_like", "r0")["quantization"]["quant_type"] == "nf4"
     assert specs.evaluate("base", "coqa_like", "r0")["quantization"]["quant_type"] == "nf4"
+
+
+def test_attention_kernels_enter_the_model_jobs_specs_only_when_fused(specs):
+    """The default (reference, set or not) leaves every spec as it was before the key existed;
+    fused reruns the fine-tunes and evaluations, and no data job."""
+    jobs = (
+        lambda s: s.finetune("opamp-K10_s0"),
+        lambda s: s.evaluate("opamp-K10_s0", "coqa_like", "r0"),
+        lambda s: s.attention("opamp-K10_s0"),
+        lambda s: s.train_data("train"),
+    )
+    assert not any("attention_kernels" in job(specs) for job in jobs)
+    reference = Specs({**specs.cfg, "attention_kernels": "reference"}, specs.grid)
+    assert [job(reference) for job in jobs] == [job(specs) for job in jobs]
+    fused = Specs({**specs.cfg, "attention_kernels": "fused"}, specs.grid)
+    assert [job(fused).get("attention_kernels") for job in jobs] == ["fused"] * 3 + [None]
+
+
+def test_attention_kernels_outside_reference_and_fused_fail_validation():
+    raw = copy.deepcopy(RAW)
+    raw["presets"]["smoke"]["attention_kernels"] = "triton"
+    with pytest.raises(ConfigError, match="attention_kernels"):
+        validate_schema(raw)

@@ -34,6 +34,12 @@ class Specs:
         """Where a model job of this resource kind runs, in which dtype (zoomattn/placement.py)."""
         return plan(self.cfg, kind).as_spec()
 
+    def _kernels(self) -> dict:
+        """The preset's ``attention_kernels`` where it is not the default (``reference``): a spec
+        names it only then, so the specs of presets that leave it are what they were before it."""
+        setting = self.cfg.get("attention_kernels", "reference")
+        return {} if setting == "reference" else {"attention_kernels": setting}
+
     def _model_job(self, stage: str, model: str | None = None) -> dict:
         """What every evaluation-kind job of a model shares (a base: no method code), and the hash
         of its stage's code."""
@@ -43,6 +49,7 @@ class Specs:
             "quantization": self._quantization(model),
             "evaluation_base": self.cfg["evaluation"].get("base", "quantized"),
             "device": self._device("evaluate"),
+            **self._kernels(),
             "code": code_hash(stage, method),
         }
 
@@ -149,6 +156,7 @@ class Specs:
             "method_config": m.values,
             "finetune": {**study.finetune, **m.finetune},
             "device": self._device("finetune"),
+            **self._kernels(),
             "code": code_hash("finetune", m.method),
         }
         if not study.kind.shared_data:

@@ -1,6 +1,7 @@
 """benchmarks/gpu_paper.py end to end in its smoke mode (CPU, tiny shapes: a check of the script,
 not a measurement), run as a user runs it: a subprocess from the repository root."""
 
+import importlib
 import json
 import subprocess
 import sys
@@ -15,7 +16,8 @@ from zoomattn.methods import cells
 
 SCRIPT = ROOT / "benchmarks" / "gpu_paper.py"
 SMOKE_LENGTHS = [64, 128, 256]
-VARIANTS = {"sdpa", "opamp", "rectified", "lkg_fusion"}
+FUNCTIONS = ("opamp", "rectified", "lkg_fusion")
+VARIANTS = {"sdpa", *FUNCTIONS, *(f"{f}_fused" for f in FUNCTIONS)}
 
 
 def paper_methods() -> set[tuple[str, str]]:
@@ -64,9 +66,20 @@ def test_smoke_times_each_attention_against_sdpa_at_every_length(smoke):
     data, _ = smoke
     rows = {(r["tokens"], r["variant"]): r for r in data["attention"]}
     assert set(rows) == {(n, v) for n in SMOKE_LENGTHS for v in VARIANTS}
-    for (n, _), r in rows.items():
+    for (n, variant), r in rows.items():
         assert r["status"] == "ok" and r["seconds"] > 0
         assert r["time_vs_sdpa"] == pytest.approx(r["seconds"] / rows[(n, "sdpa")]["seconds"])
+        assert r["attention_kernels"] == ("fused" if variant.endswith("_fused") else "reference")
+
+
+def test_smoke_labels_the_fused_setting_on_the_cpu_with_the_path_that_ran(smoke):
+    """On the CPU ``fused`` runs the reference paths: the row says so (OpAmp dispatches through
+    kernels.choose; a function without a dispatch point yet is labelled undispatched)."""
+    data, md = smoke
+    rows = {(r["tokens"], r["variant"]): r for r in data["attention"]}
+    assert rows[(64, "opamp_fused")]["path"] == rows[(64, "opamp")]["path"] == "reference"
+    assert all(r["path"].startswith("reference") for v, r in rows.items() if v[1] != "sdpa")
+    assert "| 64 | opamp |" in md and "opamp_fused" not in md
 
 
 def test_smoke_names_the_device_versions_and_goals(smoke):
@@ -74,7 +87,12 @@ def test_smoke_names_the_device_versions_and_goals(smoke):
     meta = data["meta"]
     assert meta["smoke"] and meta["device"].startswith("CPU") and meta["device"] in md
     assert meta["torch"] == torch.__version__ and meta["commit"] and meta["layers_used"] == [2]
-    assert [g["goal"][:5] for g in data["goals"]] == ["every", "OpAmp"]
+    assert [g["goal"].split()[0] for g in data["goals"]] == [
+        "every",
+        "OpAmp",
+        "Rectified",
+        "LKG-RALM",
+    ]
     assert all(isinstance(g["met"], bool) for g in data["goals"])
 
 
@@ -85,3 +103,19 @@ def test_without_cuda_and_without_smoke_it_stops_with_a_message():
     )
     assert done.returncode == 1
     assert "no CUDA device visible" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_attention_only_measures_the_attention_functions_and_no_model(tmp_path, monkeypatch):
+    """In this process, one length, one repeat, OpAmp alone (the smoke run above has them all)."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    gpu_paper = importlib.import_module("gpu_paper")
+    monkeypatch.setattr(gpu_paper, "VARIANTS", ("sdpa", "opamp"))
+    argv = ["gpu_paper.py", "--smoke", "--attention-only", "--lengths", "64", "--repeats", "1"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--out", str(tmp_path)])
+    gpu_paper.main()
+    data = json.loads((tmp_path / "gpu_paper.json").read_text())
+    assert data["steps"] == [] and data["meta"]["attention_only"]
+    assert {r["variant"] for r in data["attention"]} == {"sdpa", "opamp", "opamp_fused"}
+    assert [g["goal"].split()[0] for g in data["goals"]] == ["OpAmp", "Rectified", "LKG-RALM"]
+    assert data["goals"][1]["measured"] == "not measured"
+    assert "--attention-only: no training step" in (tmp_path / "gpu_paper.md").read_text()

@@ -6,11 +6,12 @@ import torch
 
 from tests.modeling.test_hub import llama3_dir  # noqa: F401  (a fixture: a local hub-style base)
 from tests.modeling.test_loading import LORA, NF4, OPAMP, _train_a_little
+from zoomattn.attention import kernels
 from zoomattn.methods import METHODS
 from zoomattn.methods.loading import build_trainable, load_for_eval
 from zoomattn.modeling.hub import prepare_base
 from zoomattn.modeling.loading import load_base, save_finetuned
-from zoomattn.stages.common import load_model
+from zoomattn.stages.common import attention_kernels, load_model, path_tags
 
 IDS = torch.tensor([[1, 5, 2, 6, 3, 7, 4, 0]])  # within the small tokenizer's vocabulary
 
@@ -82,3 +83,34 @@ def test_a_hub_base_itself_is_evaluated_on_the_chosen_weights(hub_base, base, fo
 def test_an_unknown_evaluation_base_is_refused_naming_the_key(hub_base):
     with pytest.raises(ValueError, match="evaluation.base: one of quantized, unquantized"):
         load_for_eval(hub_base, hub_base, NF4, base="bf16")
+
+
+class _Run:
+    def __init__(self):
+        self.tags = {}
+
+    def set_tags(self, tags):
+        self.tags.update(tags)
+
+
+def test_a_job_runs_under_its_specs_attention_kernels_and_tags_the_paths_its_attention_took(
+    caplog,
+):
+    run = _Run()
+    with caplog.at_level("INFO", logger="zoomattn"):
+        with attention_kernels({"attention_kernels": "fused"}, run):
+            assert kernels.setting() == "fused"
+            kernels.choose("opamp", torch.device("cuda"))
+            kernels.choose("rectify", torch.device("cpu"))
+    assert run.tags == {"attention.path.opamp": "fused", "attention.path.rectify": "reference"}
+    assert "opamp fused, rectify reference" in caplog.text
+    with attention_kernels({}):  # a spec without the key: the default, what ran before forgotten
+        assert kernels.setting() == "reference" and kernels.paths_run() == {}
+
+
+def test_a_job_whose_attention_no_method_changes_sets_no_path_tag():
+    run = _Run()
+    with attention_kernels({}, run):
+        pass
+    assert run.tags == {}
+    assert path_tags({"lkg": "fused+reference"}) == {"attention.path.lkg": "fused+reference"}

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from zoomattn.io import read_json, write_json
-from zoomattn.stages.common import load_model
+from zoomattn.stages.common import attention_kernels, load_model
 from zoomattn.tracking import job_run
 
 log = logging.getLogger("zoomattn")
@@ -30,7 +30,7 @@ def evaluate(
     from zoomattn.evaluation.generate import evaluate_records
 
     name = f"{spec['model']}/{spec['benchmark']}@{spec['split']}"
-    with job_run(spec, "evaluate", name, results) as run:
+    with job_run(spec, "evaluate", name, results) as run, attention_kernels(spec, run):
         model, tok = load_model(spec, model_dir, base_dir, threads)
         ev = spec["evaluation"]
         records = load_split(split_dir)
@@ -79,7 +79,7 @@ def attention(
     from zoomattn.data.build import load_split
     from zoomattn.evaluation.attention_share import golden_attention
 
-    with job_run(spec, "attention", spec["model"], results) as run:
+    with job_run(spec, "attention", spec["model"], results) as run, attention_kernels(spec, run):
         model, tok = load_model(spec, model_dir, base_dir, threads)
         records = load_split(split_dir)[: spec["attention_examples"]]
         summary = golden_attention(model, tok, records, spec.get("answer_gap_examples") or 0)
@@ -103,7 +103,10 @@ def score_margin(
     from zoomattn.data.build import load_split
     from zoomattn.evaluation.rectification import score_margins
 
-    with job_run(spec, "analysis", f"score_margin/{spec['model']}", results) as run:
+    with (
+        job_run(spec, "analysis", f"score_margin/{spec['model']}", results) as run,
+        attention_kernels(spec, run),
+    ):
         model, tok = load_model(spec, model_dir, base_dir, threads)
         summary = score_margins(model, tok, load_split(split_dir)[: spec["examples"]])
         summary["model"] = spec["model"]
@@ -137,7 +140,10 @@ def retrieval_heads(
     from zoomattn.evaluation.retrieval_heads import head_scores
 
     cfg = spec["retrieval_heads"]
-    with job_run(spec, "analysis", f"retrieval_heads/{spec['model']}", results) as run:
+    with (
+        job_run(spec, "analysis", f"retrieval_heads/{spec['model']}", results) as run,
+        attention_kernels(spec, run),
+    ):
         model, tok = load_model(spec, model_dir, base_dir, threads)
         records = _with_golden(load_split(split_dir), cfg["examples"], split_dir)
         scores = head_scores(model, tok, records, cfg["threshold"])
@@ -162,7 +168,10 @@ def head_masking(
     from zoomattn.evaluation.retrieval_heads import masking_experiment
 
     cfg, ev = spec["masking"], spec["evaluation"]
-    with job_run(spec, "analysis", f"head_masking/{spec['model']}", results) as run:
+    with (
+        job_run(spec, "analysis", f"head_masking/{spec['model']}", results) as run,
+        attention_kernels(spec, run),
+    ):
         model, tok = load_model(spec, model_dir, base_dir, threads)
         records = load_split(split_dir)[: cfg["examples"]]
         summary = masking_experiment(
@@ -200,7 +209,10 @@ def head_patterns(
     from zoomattn.data.build import load_split
     from zoomattn.evaluation import head_patterns as patterns
 
-    with job_run(spec, "analysis", f"head_patterns/{spec['model']}", results) as run:
+    with (
+        job_run(spec, "analysis", f"head_patterns/{spec['model']}", results) as run,
+        attention_kernels(spec, run),
+    ):
         model, tok = load_model(spec, model_dir, base_dir, threads)
         summary = patterns.head_patterns(
             model, tok, load_split(split_dir), spec["head_patterns"]["examples"]

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+
+log = logging.getLogger("zoomattn")
 
 
 def load_model(spec: dict, model_dir: Path, base_dir: Path, threads: int):
@@ -34,3 +39,28 @@ def tag_resumed_from(run):
     """A training loop's ``on_start``: the MLflow run says from which step it resumed (0: from
     scratch), its metrics before that step re-logged by the loop."""
     return lambda step: run.set_tags({"zoomattn.resumed_from_step": str(step)})
+
+
+@contextlib.contextmanager
+def attention_kernels(spec: dict, run=None) -> Iterator[None]:
+    """The job's attention paths (zoomattn/attention/kernels.py): its spec's ``attention_kernels``
+    (absent: ``reference``) set for the whole job; at the end, the path each method's attention
+    took, in the job's log and, given its MLflow run, as the run's tags (``path_tags``)."""
+    from zoomattn.attention import kernels
+
+    kernels.configure(spec.get("attention_kernels", kernels.REFERENCE))
+    yield
+    paths = kernels.paths_run()
+    if paths:
+        log.info(
+            "attention paths (attention_kernels: %s): %s",
+            kernels.setting(),
+            ", ".join(f"{method} {path}" for method, path in paths.items()),
+        )
+        if run is not None:
+            run.set_tags(path_tags(paths))
+
+
+def path_tags(paths: dict[str, str]) -> dict[str, str]:
+    """MLflow tags of the paths each method's attention ran: ``attention.path.<method>``."""
+    return {f"attention.path.{method}": path for method, path in paths.items()}

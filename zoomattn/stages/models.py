@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from zoomattn.io import read_json, write_json
-from zoomattn.stages.common import clear_checkpoints, tag_resumed_from
+from zoomattn.stages.common import attention_kernels, clear_checkpoints, tag_resumed_from
 from zoomattn.tracking import job_run
 
 log = logging.getLogger("zoomattn")
@@ -90,10 +90,15 @@ def finetune(
     if not world.is_main:  # the first process holds the MLflow run and writes the model
         values = _resolved(method, spec, base_dir, margin, heads, patterns)
         spec = {**spec, "method_config": values}
-        run_finetune(spec, method.make_config(values), data_dir, base_dir, out, ckpt, threads)
+        with attention_kernels(spec):
+            run_finetune(spec, method.make_config(values), data_dir, base_dir, out, ckpt, threads)
         distributed.leave(world)
         return
-    with job_run(spec, "finetune", spec["run"], results) as run, atomic_dir(out) as tmp:
+    with (
+        job_run(spec, "finetune", spec["run"], results) as run,
+        atomic_dir(out) as tmp,
+        attention_kernels(spec, run),
+    ):
         t0 = time.time()
         if heads:
             run.log_artifacts(heads, "selected_heads")

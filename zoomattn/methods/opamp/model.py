@@ -10,7 +10,8 @@ act on the whole flattened q (all query heads) or k (the KV heads, before GQA re
 RoPE; W₂ starts at zero, so at initialisation M⁺ = M⁻ = M and M̄ = M for every finite K (Eq. 14),
 bitwise in any dtype. Only layers with ``layer_idx % every == 0`` are adapted. Training on CPU
 keeps only q, k, v and each branch's output and log-sum-exp for backward
-(``two_branch_attention``), recomputing the adapters there.
+(``two_branch_attention``), recomputing the adapters there; on CUDA with ``attention_kernels:
+fused`` both branches run as one SDPA call, the adapters batched (``fused.py``).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class OpAmpAttention(nn.Module):
         params = tuple(p for p in self.parameters() if p.requires_grad)
         return two_branch_attention(
             q, k, v, self.adapt_q, self.adapt_k, self.mode_gains, params, mask, scaling, path,
-            self.query_block,
+            self.query_block, adapters=((self.q1, self.q2), (self.k1, self.k2)),
         )  # fmt: skip
 
     def materialised(self, q, k, v, mask=None, scaling=None) -> torch.Tensor:

@@ -1,0 +1,46 @@
+"""The attention_kernels switch: fused only on CUDA under ``fused``, what ran remembered."""
+
+import pytest
+import torch
+
+from zoomattn.attention import kernels
+
+CUDA, CPU = torch.device("cuda"), torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def _reference_setting():
+    kernels.configure(kernels.REFERENCE)
+    yield
+    kernels.configure(kernels.REFERENCE)
+
+
+def test_fused_is_chosen_only_on_cuda_under_the_fused_setting():
+    assert kernels.choose("opamp", CUDA) == kernels.REFERENCE
+    kernels.configure("fused")
+    assert kernels.choose("opamp", CUDA) == kernels.FUSED
+    assert kernels.choose("rectify", CPU) == kernels.REFERENCE
+
+
+def test_paths_run_names_every_path_a_method_took_since_configure():
+    kernels.configure("fused")
+    kernels.choose("opamp", CUDA)
+    kernels.choose("opamp", CPU)
+    kernels.choose("lkg", CUDA)
+    assert kernels.paths_run() == {"lkg": "fused", "opamp": "fused+reference"}
+    kernels.configure("fused")
+    assert kernels.paths_run() == {}
+
+
+def test_using_restores_the_setting_and_what_ran_before():
+    kernels.choose("opamp", CUDA)
+    with kernels.using("fused"):
+        assert kernels.setting() == "fused" and kernels.paths_run() == {}
+        kernels.choose("rectify", CUDA)
+    assert kernels.setting() == "reference"
+    assert kernels.paths_run() == {"opamp": "reference"}
+
+
+def test_an_unknown_setting_is_refused_with_the_key_named():
+    with pytest.raises(ValueError, match="attention_kernels"):
+        kernels.configure("triton")

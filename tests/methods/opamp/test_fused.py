@@ -1,0 +1,192 @@
+"""OpAmp's stacked path (both branches in one SDPA call, adapters batched: fused.py), on the CPU's
+SDPA kernels: against the materialised formula in fp32 and bf16, values and gradients, with
+padding, GQA and decoding; its dropout masks; and when the dispatch takes it."""
+
+import copy
+import math
+
+import pytest
+import torch
+
+from tests.attention.test_math import left_padding_mask
+from zoomattn.attention import kernels
+from zoomattn.attention.math import sdpa
+from zoomattn.methods.opamp import kernel
+from zoomattn.methods.opamp.config import OpAmpConfig
+from zoomattn.methods.opamp.model import OpAmpAttention
+
+BF16_EPS = 2.0**-8
+
+
+def _layer(K, h=4, hkv=2, d=8, scale=0.3, dropout=0.0, seed=0):
+    layer = OpAmpAttention(h, hkv, d, OpAmpConfig(K, 6, dropout=dropout))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * scale)
+    return layer
+
+
+def _inputs(h=4, hkv=2, n_q=7, n_k=7, d=8, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    shapes = ((2, h, n_q, d), (2, hkv, n_k, d), (2, hkv, n_k, d))
+    return [torch.randn(s, generator=g).to(dtype).requires_grad_() for s in shapes]
+
+
+def _exact(layer, tensors):
+    """The fp64 copy of a layer and its inputs (the same rounded values)."""
+    return copy.deepcopy(layer).double(), [t.detach().double().requires_grad_() for t in tensors]
+
+
+def _values_and_grads(fn, tensors, params, rows=slice(None)):
+    out = fn(*tensors)[:, :, rows]
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out.dtype)
+    return out, torch.autograd.grad((out * weight).sum(), [*tensors, *params])
+
+
+def _rel(a, b) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+CASES = {  # name: (query heads, KV heads, query rows, key rows, padded)
+    "causal-gqa": (4, 2, 7, 7, False),
+    "padded-gqa": (4, 2, 7, 7, True),
+    "padded-mha": (4, 4, 7, 7, True),
+    "decoding-gqa": (4, 2, 1, 7, False),
+    "decoding-padded-gqa": (4, 2, 1, 7, True),
+}
+
+
+def _mask(padded, n_q, n_k):
+    if not padded:
+        return None
+    return left_padding_mask([n_k, 4], n_k)[:, :, n_k - n_q :]  # the last n_q rows
+
+
+@pytest.mark.parametrize("K", [5.0, math.inf])
+@pytest.mark.parametrize("case", list(CASES))
+def test_stacked_path_equals_materialised_formula_in_fp32(case, K):
+    """Values to 1e-5, gradients (q, k, v and every adapter weight) to 1e-5 of their largest
+    entry, against the formula in fp64 on the same values (query rows that are real tokens)."""
+    h, hkv, n_q, n_k, padded = CASES[case]
+    layer = _layer(K, h, hkv)
+    tensors = _inputs(h, hkv, n_q, n_k)
+    twin, exact = _exact(layer, tensors)
+    mask, rows = _mask(padded, n_q, n_k), slice(3 if padded and n_q > 1 else 0, None)
+    out, grads = _values_and_grads(
+        lambda *x: layer(*x, mask, path="stacked"), tensors, list(layer.parameters()), rows
+    )
+    ref, ref_grads = _values_and_grads(
+        lambda *x: twin.materialised(*x, mask), exact, list(twin.parameters()), rows
+    )
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g.double(), r, atol=1e-5 * r.abs().max().item(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("K", [10.0, 20.0])
+@pytest.mark.parametrize("case", ["padded-gqa", "decoding-gqa"])
+def test_stacked_path_at_initialisation_is_bitwise_plain_sdpa_in_bf16(case, K):
+    """Eq. 14 in bf16: where O₀ = O₁ the output is SDPA's bitwise, and so are the gradients
+    (each branch's at the unscaled upstream gradient, weighted c ± d in fp32, round back)."""
+    h, hkv, n_q, n_k, padded = CASES[case]
+    layer = OpAmpAttention(h, hkv, 8, OpAmpConfig(K, 6, dropout=0.0)).bfloat16()
+    tensors = _inputs(h, hkv, n_q, n_k, dtype=torch.bfloat16)
+    mask = _mask(padded, n_q, n_k)
+    got = _values_and_grads(lambda *x: layer(*x, mask, path="stacked"), tensors, [])
+    want = _values_and_grads(lambda *x: sdpa(*x, mask), tensors, [])
+    assert torch.equal(got[0], want[0])
+    for g, w in zip(got[1], want[1], strict=True):
+        assert g.dtype == torch.bfloat16 and torch.equal(g, w)
+
+
+@pytest.mark.parametrize("case", ["padded-gqa", "decoding-padded-gqa"])
+def test_stacked_path_in_bf16_stays_within_plain_sdpas_bf16_error(case):
+    """Just off initialisation (W₂ ~ 1e-5, K = 10): values and gradients against the fp64 formula
+    within twice bf16 SDPA's own error against fp64 (test_bf16.py's bound; farther from
+    initialisation each branch's rounding is amplified by A_d, in every path)."""
+    h, hkv, n_q, n_k, padded = CASES[case]
+    layer = OpAmpAttention(h, hkv, 8, OpAmpConfig(10.0, 6, dropout=0.0))
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for adapter in (layer.q1, layer.k1, layer.q2, layer.k2):
+            adapter.up.weight.copy_(torch.randn(adapter.up.weight.shape, generator=g) * 1e-5)
+    layer.bfloat16()
+    tensors = _inputs(h, hkv, n_q, n_k, dtype=torch.bfloat16)
+    twin, exact = _exact(layer, tensors)
+    mask, rows = _mask(padded, n_q, n_k), slice(3 if n_q > 1 else 0, None)
+    out, grads = _values_and_grads(lambda *x: layer(*x, mask, path="stacked"), tensors, [], rows)
+    ref, ref_grads = _values_and_grads(lambda *x: twin.materialised(*x, mask), exact, [], rows)
+    plain, plain_grads = _values_and_grads(lambda *x: sdpa(*x, mask), tensors, [], rows)
+    sdpa_ref, sdpa_grads = _values_and_grads(lambda *x: sdpa(*x, mask), exact, [], rows)
+    assert _rel(out, ref) <= 2 * _rel(plain, sdpa_ref)
+    for got, want, p, s in zip(grads, ref_grads, plain_grads, sdpa_grads, strict=True):
+        assert _rel(got, want) <= 2 * _rel(p, s) + BF16_EPS / 4
+
+
+@pytest.mark.parametrize("block", [None, 3])
+def test_stacked_path_draws_the_same_dropout_masks_as_the_plain_path(block):
+    """Dropout on (p = 0.5): the stacked path's outputs and gradients equal the plain path's only
+    if its batched adapters drop what the per-branch adapters drop, block by block, in the same
+    order; the RNG is left where the plain path leaves it."""
+    layer = _layer(5.0, dropout=0.5).double().train()
+    layer.query_block = block
+    tensors = [t.double().detach().requires_grad_() for t in _inputs()]
+    results = []
+    for path in ("stacked", "plain"):
+        torch.manual_seed(3)
+        out, grads = _values_and_grads(
+            lambda *x, p=path: layer(*x, path=p), tensors, list(layer.parameters())
+        )
+        results.append((out, grads, torch.get_rng_state()))
+    (out_a, grads_a, rng_a), (out_b, grads_b, rng_b) = results
+    torch.testing.assert_close(out_a, out_b, atol=1e-12, rtol=1e-12)
+    for a, b in zip(grads_a, grads_b, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
+    assert torch.equal(rng_a, rng_b)
+
+
+def test_stacked_path_without_gradients_equals_the_plain_path():
+    layer = _layer(10.0)
+    tensors = [t.detach() for t in _inputs()]
+    with torch.no_grad():
+        torch.testing.assert_close(
+            layer(*tensors, path="stacked"), layer(*tensors, path="plain"), atol=1e-6, rtol=1e-6
+        )
+
+
+def test_dispatch_takes_the_stacked_path_only_when_kernels_choose_fused(monkeypatch):
+    """The one dispatch point asks ``kernels.choose``: fused (CUDA under ``fused``) -> stacked;
+    an explicit path wins."""
+    ran = []
+    monkeypatch.setattr(kernel, "stacked_two_branch", lambda *a, **k: ran.append(a) or a[0])
+    layer = _layer(5.0)
+    tensors = _inputs()
+    monkeypatch.setattr(kernels, "choose", lambda method, device: kernels.FUSED)
+    layer(*tensors)
+    assert len(ran) == 1
+    layer(*tensors, path="lean")
+    monkeypatch.setattr(kernels, "choose", lambda method, device: kernels.REFERENCE)
+    layer(*tensors)
+    assert len(ran) == 1
+
+
+def test_on_the_cpu_fused_setting_keeps_todays_default_path_and_records_reference():
+    layer = _layer(5.0)
+    tensors = _inputs()
+    want = _values_and_grads(lambda *x: layer(*x, path="lean"), tensors, [])
+    with kernels.using("fused"):
+        got = _values_and_grads(layer, tensors, [])
+        assert kernels.paths_run() == {"opamp": "reference"}
+    assert torch.equal(got[0], want[0])
+    assert all(torch.equal(a, b) for a, b in zip(got[1], want[1], strict=True))
+
+
+def test_stacked_path_needs_the_adapter_modules():
+    q, k, v = _inputs()
+    layer = _layer(5.0)
+    with pytest.raises(ValueError, match="adapters="):
+        kernel.two_branch_attention(
+            q, k, v, layer.adapt_q, layer.adapt_k, layer.mode_gains, (), path="stacked"
+        )
