@@ -66,9 +66,10 @@ rule finetune:
         margin=optional_arg("margin"),
         heads=optional_arg("heads"),
         patterns=optional_arg("patterns"),
-        # derived from threads and resources: shown, never a reason to rerun
-        launch=lambda w, threads, resources: launch_message(
-            w.trained, finetune_processes(w), threads, resources
+        # derived from the resources: shown, never a reason to rerun; the threads asked for
+        # (a dry run scales its own down to the local cores)
+        launch=lambda w, resources: launch_message(
+            w.trained, finetune_processes(w), FINETUNES.threads(w), resources
         ),
     message:
         "{params.launch}"  # several processes: the launcher and the request; one: Snakemake's own
