@@ -34,8 +34,7 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 from gpu_paper_cells import ANSWER_TOKENS, bench_tokenizer, save_random_base, sized_records  # noqa: E402
 
-from zoomattn.config import ROOT  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[1]  # the workers import this checkout's zoomattn
 OUT = Path(__file__).resolve().parent / "results"
 LLAMA_8B = dict(  # Llama-3.1-8B's shape; --layers of its 32
     hidden=4096, heads=32, kv_heads=8, intermediate=14336, vocab=128256, rope_theta=500000.0
@@ -143,9 +142,9 @@ def throughput(ends: list[float], warmup: int, tokens_per_step: int) -> dict:
 
 # --- what each paper fine-tune asks for and costs (README: Scaling out) --------------------------
 H100_TOKENS_PER_S = {"qlora": 4700, "opamp": 4200}  # one H100, Llama-3.1-8B shape, 8192 tokens
-RATE_SOURCE = (  # per step: issue 22's measurement with benchmarks/gpu_paper.py
-    "one H100 on a Llama-3.1-8B-shaped model at 8192 tokens per step (issue 22, measured with "
-    "benchmarks/gpu_paper.py): QLoRA ≈4.7k tokens/s, OpAmp ≈4.2k"
+RATE_SOURCE = (
+    "one H100 on a Llama-3.1-8B-shaped model at 8192 tokens per step, as issue 22 reports it: "
+    "QLoRA ≈4.7k tokens/s, OpAmp ≈4.2k"
 )
 
 
@@ -259,7 +258,8 @@ def main() -> None:
         worker(args.worker)
         return
     if args.estimate:
-        print(estimates_markdown(paper_estimates(args.protocol)), end="")
+        print(estimates_markdown(paper_estimates(args.protocol)))
+        print(f"Rates: {RATE_SOURCE}. Tokens per job: steps x batch x max_length, at most.")
         return
     if args.smoke:
         p.set_defaults(**SMOKE)

@@ -1,4 +1,7 @@
 import copy
+import os
+import subprocess
+import sys
 from functools import cache
 from types import SimpleNamespace
 
@@ -157,3 +160,34 @@ def test_slurm_gets_one_task_with_every_gpu_of_the_job_on_one_node():
     assert {"--gpus=8", "--nodes=1", f"--cpus-per-gpu={one['cpus']}"} <= set(sbatch)
     assert sbatch[sbatch.index("--mem") + 1] == str(8 * one["mem_mb"])
     assert not [a for a in sbatch if a.startswith(("--ntasks", "--cpus-per-task"))]
+
+
+LOCAL_RUN = """
+from zoomattn.cluster import JobKind, SITE_DEFAULTS
+CFG = {"resources": {"finetune": {"cpus": 1, "mem_mb": 10, "runtime": 1, "gpus": 1,
+                                  "retries": 0}},
+       "cluster": SITE_DEFAULTS}
+PROCESSES = {"two": 2, "one_a": 1, "one_b": 1}
+JOBS = JobKind.per_job(CFG, "finetune", lambda w: PROCESSES[w.x])
+rule all:
+    input: expand("{x}.done", x=PROCESSES)
+rule job:
+    output: "{x}.done"
+    threads: JOBS.threads
+    resources: **JOBS.resources
+    shell: "date +%s.%N > {output}; sleep 1.5; date +%s.%N >> {output}"
+"""
+
+
+def test_locally_a_two_gpu_job_starts_only_when_two_of_the_cards_are_free(tmp_path):
+    """Snakemake schedules the per-job GPU counts: with 2 cards, the 2-GPU job never runs beside
+    a 1-GPU one (the two 1-GPU jobs may run together)."""
+    (tmp_path / "Snakefile").write_text(LOCAL_RUN)
+    cmd = [sys.executable, "-m", "snakemake", "-j", "4", "--resources", "gpu=2"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    spans = {x: [float(t) for t in (tmp_path / f"{x}.done").read_text().split()] for x in
+             ("two", "one_a", "one_b")}  # fmt: skip
+    for one in ("one_a", "one_b"):
+        assert spans["two"][1] <= spans[one][0] or spans[one][1] <= spans["two"][0], spans

@@ -2,6 +2,7 @@
 not a measurement) as a user runs it, and the paper jobs' estimates the README prints."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -22,7 +23,8 @@ def bench(monkeypatch):
 
 def test_smoke_trains_as_one_process_and_under_torchrun_and_writes_the_ratio(tmp_path):
     cmd = [sys.executable, str(SCRIPT), "--smoke", "--steps", "2", "--out", str(tmp_path)]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's zoomattn
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     data = json.loads((tmp_path / "distributed_overhead.json").read_text())
     single, torchrun = data["modes"]
