@@ -193,3 +193,50 @@ def test_a_leaderboard_benchmark_takes_a_decoding_but_has_no_published_column():
     raw["studies"]["leaderboard"]["benchmarks"]["single_noisy"]["published_rule"] = "squad_em"
     with pytest.raises(ConfigError, match="published_rule"):
         load_config(raw)
+
+
+def _paper_processes(study: str, **finetune):
+    raw = _raw("paper")
+    raw["presets"]["paper"]["studies"][study]["finetune"].update(finetune)
+    return raw
+
+
+def test_the_paper_fine_tunes_split_their_batches_over_their_processes_under_both_protocols():
+    for protocol in ("authors_code", "paper_text"):
+        raw = _raw("paper")
+        raw["presets"]["paper"]["protocol"] = protocol
+        cfg = load_config(raw)
+        assert cfg["finetune"]["processes"] == 8  # OpAmp's, the preset's
+        assert cfg["studies"]["mudaf"]["finetune"]["processes"] == 8
+
+
+def test_a_batch_that_does_not_split_over_the_processes_fails_naming_preset_study_and_keys():
+    with pytest.raises(ConfigError) as err:
+        load_config(_paper_processes("rectification", processes=8, micro_batch_size=8))
+    msg = str(err.value)
+    assert msg.startswith("config.presets.paper, study rectification (model ")
+    assert "finetune.batch_size 8 is not a whole number of micro-batches of 8" in msg
+    assert (
+        "finetune.micro_batch_size" in msg and "for each of 8 processes (finetune.processes)" in msg
+    )
+
+
+def test_the_default_micro_batch_is_the_share_of_each_process():
+    raw = _raw("tiny")  # batch 16, no micro_batch_size
+    raw["presets"]["tiny"]["finetune"]["processes"] = 4
+    load_config(raw)  # 4 processes x 4
+    raw["presets"]["tiny"]["finetune"]["processes"] = 3
+    with pytest.raises(ConfigError, match=r"batch_size 16 .* of 5 .* 3 processes"):
+        load_config(raw)
+
+
+def test_processes_below_one_are_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"finetune.*processes"):
+        load_config(_paper_processes("lkg", processes=0))
+
+
+def test_several_processes_use_one_gpu_each():
+    raw = _raw("paper")
+    raw["presets"]["paper"]["resources"]["finetune"]["gpus"] = 2
+    with pytest.raises(ConfigError, match=r"config.presets.paper.resources.finetune.gpus: 2 GPUs"):
+        load_config(raw)

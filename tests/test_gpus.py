@@ -165,3 +165,42 @@ def test_a_job_not_planned_for_cuda_claims_nothing(machine):
     assert gpus.claim_for_spec({}) is None
     assert gpus.claim_for_spec({"device": Placement("cpu", "float32", 0).as_spec()}) is None
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
+
+
+# A multi-process fine-tune's job process: claims the cards of its spec, then becomes "torchrun"
+# (an exec, as distributed.relaunch_under_torchrun does) whose process claims as a rank would.
+TORCHRUN_CLAIMER = (
+    "import json, os, sys; from zoomattn import gpus; "
+    "gpus.claim_for_spec(json.loads(sys.argv[1])); "
+    "os.environ.update(RANK='0', WORLD_SIZE='2', LOCAL_RANK='0'); "
+    "os.execv(sys.executable, [sys.executable, '-c', sys.argv[2], sys.argv[1]])"
+)
+
+
+def test_a_fine_tune_of_two_processes_holds_two_cards_through_the_exec_into_torchrun(machine):
+    spec = {"device": Placement("cuda", "bfloat16", 1).as_spec(), "finetune": {"processes": 2}}
+    job = subprocess.Popen(
+        [sys.executable, "-c", TORCHRUN_CLAIMER, json.dumps(spec), CLAIMER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # the rank claims nothing more: it has the launcher's two cards
+        assert line(job.stdout) == "GPU-aaaa-0000,GPU-bbbb-1111"
+        with pytest.raises(RuntimeError, match="needs 3 GPUs"):
+            gpus.claim(3)
+        other = subprocess.Popen(
+            [sys.executable, "-c", CLAIMER, json.dumps({"device": spec["device"]})],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert "waiting for a free GPU" in line(other.stderr), "the exec kept both locks"
+        done(job)
+        assert line(other.stdout) in ("GPU-aaaa-0000", "GPU-bbbb-1111")
+        done(other)
+    finally:
+        job.kill()

@@ -66,6 +66,7 @@ def check_config(cfg: dict, where: str) -> None:
     analyses = {a for study in studies for a in study.analyses}
     for study in studies:
         _check_needs(study, analyses)
+        _check_processes(cfg, study, where)
 
 
 def _check_methods(methods: dict, where: str) -> None:
@@ -280,3 +281,29 @@ def _check_scale(cfg: dict, where: str) -> None:
         raise ConfigError(
             f"{where}.base_model: heads must divide hidden and kv_heads must divide heads"
         )
+
+
+def _check_processes(cfg: dict, study: Study, where: str) -> None:
+    """Each fine-tune's batch splits into whole micro-batches for each of its processes, and a
+    process uses one GPU (torchrun gives it the card of its LOCAL_RANK): caught here, before any
+    job runs, rather than by the fine-tune itself (zoomattn/training/finetune.py)."""
+    for model in study.models.values():
+        ft = {**study.finetune, **model.finetune}
+        n = ft.get("processes", 1)
+        keys = f"{where}, study {study.name} (model {model.id}): finetune"
+        if not isinstance(n, int) or n < 1:
+            raise ConfigError(f"{keys}.processes: {n!r} is not a whole number >= 1")
+        micro = ft.get("micro_batch_size") or ft["batch_size"] // n
+        if micro == 0 or ft["batch_size"] % (micro * n):
+            raise ConfigError(
+                f"{keys}.batch_size {ft['batch_size']} is not a whole number of micro-batches of "
+                f"{micro} (finetune.micro_batch_size) for each of {n} processes "
+                "(finetune.processes): batch_size % (micro_batch_size x processes) must be 0"
+            )
+        gpus = cfg["resources"]["finetune"].get("gpus", 0)
+        if n > 1 and gpus > 1:
+            raise ConfigError(
+                f"{where}.resources.finetune.gpus: {gpus} GPUs "
+                f"per process, but each of the {n} processes of {keys}.processes uses one GPU; "
+                "set it to 1"
+            )

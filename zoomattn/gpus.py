@@ -7,6 +7,10 @@ card by locking a file named after its UUID in LOCK_DIR (``flock``, shared by ev
 machine, whoever runs it), then sets ``CUDA_VISIBLE_DEVICES`` to the claimed UUIDs. The lock lives
 as long as the process: a finished, failed or killed (even ``kill -9``) job frees its card. With
 every card taken, it waits. Under Slurm a job's cards are its own already: nothing is claimed.
+
+A fine-tune of N processes claims N cards (one per process) before it starts itself again under
+torchrun: the locks are inherited through that exec and live as long as torchrun, and the
+processes torchrun starts claim nothing (each takes the card of its LOCAL_RANK among the N).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from zoomattn.placement import Placement
+from zoomattn.placement import Placement, job_gpus, processes
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +30,7 @@ LOCK_DIR = "/tmp/zoomattn-gpus"  # not $TMPDIR: every job on the machine, anyone
 ENV_LOCK_DIR = "ZOOMATTN_GPU_LOCKS"  # another lock directory (tests)
 ENV_LISTING = "ZOOMATTN_GPU_LISTING"  # a file with nvidia-smi's answer, read instead (tests)
 QUERY = ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"]
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")  # as zoomattn/training/distributed.py reads
 PLANNED = (
     "the job was planned for CUDA (config `device`, or `auto` with resources.<kind>.gpus > 0); "
     "set `device: cpu` (e.g. --config device=cpu) to run it on the CPU"
@@ -136,6 +141,8 @@ def claim(
             )
             waiting = True
         time.sleep(poll)
+    for _, fd in got:  # kept through the exec into torchrun (zoomattn/training/distributed.py)
+        os.set_inheritable(fd, True)
     _held.extend(fd for _, fd in got)
     ids = [uuid for uuid, _ in got]
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
@@ -144,9 +151,11 @@ def claim(
 
 
 def claim_for_spec(spec: dict) -> list[str] | None:
-    """The job's cards when its spec plans it for CUDA (``spec["device"]``, a Placement), else
-    None."""
+    """The job's cards when its spec plans it for CUDA (``spec["device"]``, a Placement): one set
+    for each of its processes; else None. A process torchrun started has its launcher's cards."""
     placement = Placement.from_spec(spec.get("device"))
     if placement.device != "cuda":
         return None
-    return claim(placement.gpus)
+    if all(name in os.environ for name in TORCHRUN_ENV):
+        return [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
+    return claim(job_gpus(placement, processes(spec)))

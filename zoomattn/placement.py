@@ -41,7 +41,7 @@ def default_dtype(device: str) -> str:
 class Placement:
     device: str = "cpu"  # cpu | cuda
     dtype: str = "float32"  # float32 | bfloat16: method modules and unquantised weights
-    gpus: int = 0  # cards the job claims (CUDA only)
+    gpus: int = 0  # cards each of the job's processes uses (CUDA only): job_gpus
 
     def as_spec(self) -> dict:
         return asdict(self)
@@ -70,6 +70,19 @@ class Placement:
 
 
 CPU = Placement()
+
+
+def processes(spec: dict) -> int:
+    """The processes a job runs: a fine-tune's ``finetune.processes`` (torchrun starts them),
+    one for every other job."""
+    return (spec.get("finetune") or {}).get("processes", 1)
+
+
+def job_gpus(placement: Placement, n_processes: int = 1) -> int:
+    """The cards a job claims and asks the scheduler for: its placement's for each process.
+    torchrun gives process i the i-th card the job sees (LOCAL_RANK), so a job of several
+    processes has one card per process (config_checks holds ``resources.finetune.gpus`` to 1)."""
+    return placement.gpus * n_processes
 
 
 def plan(cfg: dict, kind: str) -> Placement:

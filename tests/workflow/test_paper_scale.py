@@ -18,16 +18,26 @@ from tests.workflow.scratch import copy_workflow, mlflow_runs, snakemake
 pytestmark = pytest.mark.slow
 
 
-def dry_run_jobs(workdir, preset):
-    """rule -> list of its jobs' resources (as dicts) in a dry run of ``preset``."""
-    out = snakemake(workdir, "-n", "--config", f"preset={preset}").stdout
+JOB = re.compile(r"(?:local)?rule (\w+):|Job \d+: (\w+) ")  # a job's listing, or its message
+
+
+def dry_run_jobs(workdir, preset, *args):
+    """rule -> list of its jobs' resources (as dicts) in a dry run of ``preset``; a job listed by
+    its message (a fine-tune of several processes) also has its message under "message"."""
+    out = snakemake(workdir, "-n", *args, "--config", f"preset={preset}").stdout
     jobs = {}
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
-        m = re.match(r"(?:local)?rule (\w+):", block.strip())
+    for block in re.split(r"\n(?=(?:local)?rule \w+:|Job \d+: )", out):
+        m = JOB.match(block.strip())
         if m:
             res = re.search(r"resources: (.*)", block)
             pairs = [kv.split("=", 1) for kv in res.group(1).split(", ")] if res else []
-            jobs.setdefault(m.group(1), []).append(dict(pairs))
+            job = dict(pairs)
+            trained = re.search(r"(?:trained=|Job \d+: finetune )([\w/.-]+)", block)
+            if trained:
+                job["trained"] = trained.group(1).rstrip(":")
+            if m.group(2):
+                job["message"] = block.strip().split("\n", 1)[0]
+            jobs.setdefault(m.group(1) or m.group(2), []).append(job)
     return jobs
 
 
@@ -36,7 +46,8 @@ def test_dry_run_lists_every_job_with_gpus_for_training_and_evaluation(tmp_path,
     wd = copy_workflow(tmp_path / "wf")
     cfg = yaml.safe_load((wd / "config.yaml").read_text())["presets"][preset]
     studies = cfg["studies"]
-    jobs = dry_run_jobs(wd, preset)
+    # the paper preset through the shipped Slurm profile (a dry run submits nothing)
+    jobs = dry_run_jobs(wd, preset, *(("--profile", "slurm") if preset == "paper" else ()))
     n_cells = sum(len(b["noise_ratios"]) for b in studies["opamp"]["benchmarks"].values())
     n_runs = 1 + len(studies["opamp"]["methods"]["opamp"]["K"])
     rect = studies.get("rectification")
@@ -81,17 +92,38 @@ def test_dry_run_lists_every_job_with_gpus_for_training_and_evaluation(tmp_path,
         (1 + n_runs) * n_cells + n_rect_evals + n_mudaf_evals + n_lkg_evals
     )
     assert len(jobs["eval_data"]) == n_cells + n_study_sets and "pretrain" not in jobs
-    for rule, kind in (
-        ("finetune", "finetune"),
-        ("evaluate", "evaluate"),
-        ("attention", "evaluate"),
-    ):
-        want = cfg["resources"][kind]
+    for rule in ("evaluate", "attention"):
+        want = cfg["resources"]["evaluate"]
         for res in jobs[rule]:
             assert res["gpu"] == "1" and res["mem_mb"] == str(want["mem_mb"]), rule
             assert res["runtime"] == str(want["runtime"]), rule
+    assert_finetunes_ask_for_their_processes(jobs["finetune"], cfg)
     for rule in ("base_model", "train_data", "eval_data"):
         assert all("gpu" not in res for res in jobs[rule]), rule
+
+
+def assert_finetunes_ask_for_their_processes(finetunes: list[dict], cfg: dict) -> None:
+    """Each fine-tune asks for one GPU, its CPUs and memory per process of its study, and one of
+    several processes names its launcher; the paper preset runs OpAmp, rectification and MuDAF
+    on 8 GPUs, LKG-RALM on one (config.yaml, docs/papers.md)."""
+    want = cfg["resources"]["finetune"]
+    processes = {"opamp": cfg["finetune"].get("processes", 1)}
+    for name, block in cfg["studies"].items():
+        if block and name != "opamp":
+            processes[name] = block.get("finetune", {}).get("processes", processes["opamp"])
+    seen = set()
+    for res in finetunes:
+        study = res["trained"].split("/")[0] if "/" in res["trained"] else "opamp"
+        n = int(res["gpu"])
+        assert n == processes[study], res["trained"]
+        assert res["mem_mb"] == str(n * want["mem_mb"]) and res["nodes"] == "1"
+        assert res["cpus_per_gpu"] == str(want["cpus"]) and res["runtime"] == str(want["runtime"])
+        if n > 1:
+            assert f"{n} processes, torchrun --standalone --nproc_per_node {n}" in res["message"]
+        else:
+            assert "message" not in res
+        seen.add(n)
+    assert seen == set(processes.values())
 
 
 WORDS = sorted(

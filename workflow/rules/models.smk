@@ -42,6 +42,19 @@ else:
             " > {log} 2>&1"
 
 
+from zoomattn.cluster import JobKind, launch_message
+from zoomattn.placement import processes
+
+
+def finetune_processes(wildcards):
+    """The processes a fine-tune runs (its spec's finetune.processes, per study)."""
+    return processes(SPECS.finetune(wildcards.trained))
+
+
+# a fine-tune of N processes asks for N times one process's resources (zoomattn/cluster.py)
+FINETUNES = JobKind.per_job(CFG, "finetune", finetune_processes)
+
+
 rule finetune:
     input:
         unpack(finetune_input),
@@ -53,11 +66,18 @@ rule finetune:
         margin=optional_arg("margin"),
         heads=optional_arg("heads"),
         patterns=optional_arg("patterns"),
+        # derived from the resources: shown, never a reason to rerun; the threads asked for
+        # (a dry run scales its own down to the local cores)
+        launch=lambda w, resources: launch_message(
+            w.trained, finetune_processes(w), FINETUNES.threads(w), resources
+        ),
+    message:
+        "{params.launch}"  # several processes: the launcher and the request; one: Snakemake's own
     priority: 10  # the critical path: start every fine-tune before the short evaluation jobs
-    threads: FINETUNE_JOB.threads
+    threads: FINETUNES.threads
     resources:
-        **FINETUNE_JOB.resources,
-    retries: FINETUNE_JOB.retries
+        **FINETUNES.resources,
+    retries: FINETUNES.retries
     log:
         log_file("finetune/{trained}"),
     conda:
