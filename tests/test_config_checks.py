@@ -240,3 +240,12 @@ def test_several_processes_use_one_gpu_each():
     raw["presets"]["paper"]["resources"]["finetune"]["gpus"] = 2
     with pytest.raises(ConfigError, match=r"config.presets.paper.resources.finetune.gpus: 2 GPUs"):
         load_config(raw)
+
+
+def test_a_full_fine_tune_over_several_processes_needs_plain_adamw_naming_the_key():
+    raw = _paper_processes("mudaf", optimizer="paged_adamw_8bit")
+    raw["presets"]["paper"]["protocol"] = "paper_text"  # authors_code's overlay sets adamw
+    with pytest.raises(ConfigError, match=r"study mudaf .*finetune.optimizer: 'paged_adamw_8bit'"):
+        load_config(raw)
+    raw["presets"]["paper"]["studies"]["mudaf"]["finetune"]["processes"] = 1
+    load_config(raw)

@@ -300,6 +300,12 @@ def _check_processes(cfg: dict, study: Study, where: str) -> None:
                 f"{micro} (finetune.micro_batch_size) for each of {n} processes "
                 "(finetune.processes): batch_size % (micro_batch_size x processes) must be 0"
             )
+        full = METHODS[model.method].tuning(METHODS[model.method].make_config(model.values))
+        if n > 1 and full == "full" and ft.get("optimizer", "adamw") != "adamw":
+            raise ConfigError(
+                f"{keys}.optimizer: {ft['optimizer']!r}, but a full fine-tune over {n} processes "
+                "shards its own AdamW with fp32 states (docs/distributed.md); set it to adamw"
+            )
         gpus = cfg["resources"]["finetune"].get("gpus", 0)
         if n > 1 and gpus > 1:
             raise ConfigError(
