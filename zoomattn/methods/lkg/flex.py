@@ -25,7 +25,9 @@ slow materialising reference); the compiled function is made once per process.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import weakref
 from collections.abc import Sequence
 
@@ -38,6 +40,7 @@ from zoomattn.methods.lkg.kernel import QUESTION, _heads, _select
 
 BLOCK = 128  # FlexAttention's default tile
 ROWS_PER_CHUNK = 8 * BLOCK  # query rows whose element mask exists at once while the tiles are built
+DYNAMO_SWITCH = "TORCHDYNAMO_DISABLE"
 
 
 def fusion_score_mod(query_segments: torch.Tensor, key_segments: torch.Tensor, log_alpha):
@@ -142,9 +145,28 @@ def _cached_block_mask(query_segments, key_segments, mask, n_slots: int) -> Bloc
     return block_mask
 
 
+@contextlib.contextmanager
+def dynamo_enabled():
+    """TorchDynamo on for the block, whatever ``TORCHDYNAMO_DISABLE`` says. The CLI and the tests
+    turn it off process-wide (zoomattn/__main__.py); FlexAttention needs it even eagerly: without
+    it flex_attention calls its operator unwrapped, which silently gives the captured log α no
+    gradient, and ``torch.compile`` hands back the function uncompiled. The variable is read each
+    time ``torch.compile`` wraps a function, so it is switched on here only around our calls."""
+    previous = os.environ.get(DYNAMO_SWITCH)
+    os.environ[DYNAMO_SWITCH] = "0"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(DYNAMO_SWITCH)
+        else:
+            os.environ[DYNAMO_SWITCH] = previous
+
+
 @functools.cache
 def compiled_flex_attention():
-    return torch.compile(flex_attention)
+    with dynamo_enabled():
+        return torch.compile(flex_attention)
 
 
 def flex_fused_heads(q, k, v, mask, scaling, query_segments, key_segments, log_alpha,
@@ -153,15 +175,12 @@ def flex_fused_heads(q, k, v, mask, scaling, query_segments, key_segments, log_a
     q being on CUDA."""
     compiled = q.is_cuda if compiled is None else compiled
     attend = compiled_flex_attention() if compiled else flex_attention
-    return attend(
-        q,
-        k,
-        v,
-        score_mod=fusion_score_mod(query_segments, key_segments, log_alpha),
-        block_mask=_cached_block_mask(query_segments, key_segments, mask, log_alpha.shape[-1]),
-        scale=scaling,
-        enable_gqa=k.shape[1] != q.shape[1],
-    )
+    block_mask = _cached_block_mask(query_segments, key_segments, mask, log_alpha.shape[-1])
+    score_mod = fusion_score_mod(query_segments, key_segments, log_alpha)
+    with dynamo_enabled():
+        return attend(
+            q, k, v, score_mod, block_mask, scale=scaling, enable_gqa=k.shape[1] != q.shape[1]
+        )
 
 
 def flex_relevance_attention(
