@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.attention.flex_attention as flex_api
 
+from tests.methods.lkg.helpers import attached_lkg, batch_of
 from tests.methods.lkg.test_kernel import (
     OTHER,
     SCALE,
@@ -23,6 +24,7 @@ from tests.methods.lkg.test_kernel import (
 )
 from zoomattn.attention import kernels
 from zoomattn.attention.math import sdpa
+from zoomattn.data.tasks import multihop, single_doc
 from zoomattn.methods.lkg import flex
 from zoomattn.methods.lkg.kernel import (
     QUESTION,
@@ -234,3 +236,23 @@ def test_the_layer_runs_flex_where_kernels_choose_fused_and_matches_the_referenc
         fused = layer(*qkv, mask, SCALE)
     assert calls, "the fused path did not run flex"
     torch.testing.assert_close(_rows(fused, True), _rows(reference, True), atol=1e-5, rtol=1e-5)
+
+
+def test_a_model_on_the_fused_path_trains_as_on_the_reference(monkeypatch, base_tok, tok, sampler):
+    """A tiny LKG model, every head fused, on a padded batch: the loss and every gradient
+    (boundary embeddings and estimator through log α included) are the reference path's.
+    (Decoding through flex is checked above on the kernel.)"""
+    batch = batch_of(tok, [single_doc(sampler, 0.75), multihop(sampler, 0.6)])
+    results = []
+    for path in (kernels.REFERENCE, kernels.FUSED):
+        monkeypatch.setattr(kernels, "choose", lambda method, device, path=path: path)
+        model = attached_lkg(base_tok, tok, fusion_heads="all").train()
+        loss = model(**batch).loss
+        loss.backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        results.append((loss, grads))
+    (loss, grads), (fused_loss, fused_grads) = results
+    torch.testing.assert_close(fused_loss, loss, atol=1e-6, rtol=1e-6)
+    assert fused_grads.keys() == grads.keys() and any("estimator" in n for n in grads)
+    for name, grad in grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, atol=1e-5, rtol=1e-5, msg=name)
