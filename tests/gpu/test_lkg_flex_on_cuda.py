@@ -127,12 +127,15 @@ def test_compiled_flex_fusion_on_every_head_matches_the_formula_with_left_paddin
     _check(dtype, heads=list(range(8)), padded=True)
 
 
-def test_compiled_flex_fusion_on_two_heads_and_its_decoding_step_match_the_formula():
+def test_compiled_flex_fusion_on_two_heads_and_a_decoding_step_match_the_formula():
+    """Two heads fused (the others plain SDPA), causal without a mask; then one decoding query
+    of a left-padded batch on every head (GQA in the decoding kernel)."""
     _check(torch.bfloat16, heads=[1, 6], padded=False)
-    qkv, log_alpha, segments, _ = _case(torch.bfloat16, padded=False)
+    qkv, log_alpha, segments, mask = _case(torch.bfloat16, padded=True)
+    every = list(range(8))
     with torch.no_grad():
-        step = _flex([1, 6], segments, None, rows=1)(*qkv, log_alpha)
-        want = _formula([1, 6], segments, None, rows=1)(*qkv, log_alpha)
+        step = _flex(every, segments, mask, rows=1)(*qkv, log_alpha)
+        want = _formula(every, segments, mask, rows=1)(*qkv, log_alpha)
     assert _rel(step, want, False) <= 2 * _sdpa_bf16_error(qkv, log_alpha)[0] + 1e-3
 
 

@@ -41,6 +41,10 @@ from zoomattn.methods.lkg.kernel import QUESTION, _heads, _select
 BLOCK = 128  # FlexAttention's default tile
 ROWS_PER_CHUNK = 8 * BLOCK  # query rows whose element mask exists at once while the tiles are built
 DYNAMO_SWITCH = "TORCHDYNAMO_DISABLE"
+# Compiled graphs of flex_attention kept: one per mask kind (none, shared, per row), grad mode,
+# prefill/decoding, head count and dtype met in a job. Past dynamo's default of 8, it would fall
+# back to the eager flex_attention, which materialises the scores.
+GRAPHS = 64
 
 
 def fusion_score_mod(query_segments: torch.Tensor, key_segments: torch.Tensor, log_alpha):
@@ -177,7 +181,7 @@ def flex_fused_heads(q, k, v, mask, scaling, query_segments, key_segments, log_a
     attend = compiled_flex_attention() if compiled else flex_attention
     block_mask = _cached_block_mask(query_segments, key_segments, mask, log_alpha.shape[-1])
     score_mod = fusion_score_mod(query_segments, key_segments, log_alpha)
-    with dynamo_enabled():
+    with dynamo_enabled(), torch._dynamo.config.patch(recompile_limit=GRAPHS):
         return attend(
             q, k, v, score_mod, block_mask, scale=scaling, enable_gqa=k.shape[1] != q.shape[1]
         )
