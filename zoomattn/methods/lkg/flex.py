@@ -13,10 +13,11 @@ per-token tensors:
   row meeting another passage's column.
 
 The block mask (which 128×128 tiles hold any allowed pair, and which hold only allowed pairs) is
-built here, 128 query rows × S at a time, so its transient is a ``[B, 128·k, S]`` bool, never
-the whole matrix; its metadata is O(L·S/128²). Fully masked tiles (most cross-passage tiles, the
-causal upper triangle) are skipped by the kernel. It depends only on the segments and the mask,
-so consecutive layers of one forward reuse it (``_cached_block_mask``).
+built here by evaluating ``mask_mod`` on ``ROWS_PER_CHUNK`` (1024) query rows at a time, so its
+transient is a ``[B, 1024, S]`` bool, never the whole matrix; its metadata is O(L·S/128²).
+Fully masked tiles (most cross-passage tiles, the causal upper triangle) are skipped by the
+kernel. It depends only on the segments and the mask, so consecutive layers of one forward
+reuse it (``_cached_block_mask``).
 
 A fully masked row (a left-padded query row) gives 0, as today's SDPA path gives on the CPU.
 Plain (unfused) heads stay on ``math.sdpa``. On CUDA flex_attention runs compiled (eager it is a
