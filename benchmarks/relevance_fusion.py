@@ -20,6 +20,19 @@ of one warm step in a fresh process per cell (pinned mmap threshold, RSS high-wa
 as the median of interleaved repeats in one process per length.
 
     python benchmarks/relevance_fusion.py   # -> benchmarks/results/relevance_fusion.{json,md}
+
+``--cuda``: the same step on one GPU in bf16 (defaults: 32 heads, 8 KV heads, head dim 128, 4096
+and 8192 tokens), one process, JSON printed to stdout (one line per cell as it is measured, then
+the table): plain causal SDPA, today's bias path (``bias_all``, ``bias_2of32``: ``fusion_bias`` +
+``relevance_attention``) and FlexAttention (``flex_all``, ``flex_2of32``: ``methods/lkg/flex.py``,
+compiled; the first step of each compiles, outside the measure). The segments are computed once
+(the model does so once per forward); the bias paths build their bias in every step (the model
+builds one per layer); the flex paths reuse their block mask across steps as the model's layers
+do, and ``flex_all_new_mask`` builds it in every step (what one layer per forward would pay).
+Time: median of CUDA-event-timed steps; memory: peak allocated during one step above what was
+allocated before it (the inputs).
+
+    PYTHONPATH=$PWD python benchmarks/relevance_fusion.py --cuda
 """
 
 from __future__ import annotations
@@ -37,6 +50,8 @@ TWO_HEADS = (1, 6)
 MARKERS = {"d": 1000, "e": 1001, "q": 1002, "eq": 1003}
 QUESTION_TOKENS, HEAD_TOKENS = 16, 3
 OUT = Path(__file__).resolve().parent / "results"
+CPU_DEFAULTS = {"lengths": [512, 2048, 4096], "heads": 8, "kv_heads": 4, "head_dim": 64}
+CUDA_DEFAULTS = {"lengths": [4096, 8192], "heads": 32, "kv_heads": 8, "head_dim": 128}
 
 
 def layout(n: int, passage: int) -> tuple[list[int], int]:
@@ -169,18 +184,150 @@ def report(memory: dict, timed: dict, args) -> tuple[dict, str]:
     return {"meta": meta, "rows": table}, "\n".join(lines) + "\n"
 
 
+CUDA_VARIANTS = ("sdpa", "bias_all", "bias_2of32", "flex_all", "flex_2of32", "flex_all_new_mask")
+TWO_OF_32 = (1, 22)  # two KV groups of 8
+
+
+def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int):
+    """The step of every CUDA variant on one set of bf16 inputs, and the inputs' MiB."""
+    import torch
+
+    from zoomattn.attention.math import sdpa
+    from zoomattn.methods.lkg import flex
+    from zoomattn.methods.lkg.kernel import (
+        Boundary,
+        call_mask,
+        fusion_bias,
+        relevance_attention,
+        segment_ids,
+    )
+
+    torch.manual_seed(0)
+
+    def projected(h):  # [B, L, H, D] viewed as [B, H, L, D], as the projections leave them
+        x = torch.randn(1, n, h, head_dim, device="cuda", dtype=torch.bfloat16)
+        return x.transpose(1, 2).requires_grad_(True)
+
+    q, k, v = projected(heads), projected(kv_heads), projected(kv_heads)
+    row, n_passages = layout(n, passage)
+    segments = segment_ids(torch.tensor([row], device="cuda"), Boundary(**MARKERS))
+    log_alpha = torch.randn(1, n_passages, device="cuda").requires_grad_(True)
+    everything = tuple(range(heads))
+
+    def bias(fused_heads):
+        b = fusion_bias(segments, segments, log_alpha, call_mask(None, n, n, q.device))
+        return relevance_attention(q, k, v, None, None, fused_heads, b)
+
+    def flex_path(fused_heads, new_mask=False):
+        if new_mask:
+            flex._last.clear()
+        return flex.flex_relevance_attention(
+            q, k, v, None, None, fused_heads, segments, segments, log_alpha
+        )
+
+    fns = {
+        "sdpa": lambda: sdpa(q, k, v),
+        "bias_all": lambda: bias(everything),
+        "bias_2of32": lambda: bias(TWO_OF_32),
+        "flex_all": lambda: flex_path(everything),
+        "flex_2of32": lambda: flex_path(TWO_OF_32),
+        "flex_all_new_mask": lambda: flex_path(everything, new_mask=True),
+    }
+
+    def step(variant):
+        fns[variant]().float().square().mean().backward()
+        for t in (q, k, v, log_alpha):
+            t.grad = None
+
+    inputs_mib = sum(t.numel() * t.element_size() for t in (q, k, v)) / 2**20
+    return step, inputs_mib, n_passages
+
+
+def measure_cuda(variant: str, step, repeats: int) -> dict:
+    import torch
+
+    step(variant)  # compiles the flex paths
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step(variant)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1000)
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    step(variant)
+    torch.cuda.synchronize()
+    peak = (torch.cuda.max_memory_allocated() - before) / 2**20
+    return {"seconds": sorted(times)[len(times) // 2], "peak_above_inputs_mib": peak}
+
+
+def main_cuda(args) -> None:
+    import torch
+
+    rows = []
+    for n in args.lengths:
+        step, inputs_mib, n_passages = _cuda_steps(
+            n, args.heads, args.kv_heads, args.head_dim, args.passage
+        )
+        cells = {}
+        for variant in CUDA_VARIANTS:
+            if variant.endswith("2of32") and max(TWO_OF_32) >= args.heads:
+                continue
+            cells[variant] = measure_cuda(variant, step, args.repeats)
+            line = {"n": n, "variant": variant, "passages": n_passages, **cells[variant]}
+            print(json.dumps(line), flush=True)
+        base = cells["sdpa"]
+        for variant, cell in cells.items():
+            rows.append(
+                {
+                    "n": n,
+                    "variant": variant,
+                    "passages": n_passages,
+                    **cell,
+                    "inputs_mib": inputs_mib,
+                    "time_vs_sdpa": cell["seconds"] / base["seconds"],
+                    "memory_above_inputs_vs_sdpa": cell["peak_above_inputs_mib"]
+                    / base["peak_above_inputs_mib"],
+                }
+            )
+        del step
+        torch.cuda.empty_cache()
+    meta = {
+        "date": date.today().isoformat(),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "shape": f"B=1, heads={args.heads}, kv_heads={args.kv_heads}, "
+        f"head_dim={args.head_dim}, bf16, forward+backward, log α requires grad",
+        "passage_tokens": args.passage,
+        "fused_heads_of_2of32": list(TWO_OF_32),
+        "repeats": args.repeats,
+    }
+    print(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--lengths", type=int, nargs="+", default=[512, 2048, 4096])
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--kv-heads", type=int, default=4)
-    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--cuda", action="store_true", help="bf16 on one GPU (module docstring)")
+    p.add_argument("--lengths", type=int, nargs="+")
+    p.add_argument("--heads", type=int)
+    p.add_argument("--kv-heads", type=int)
+    p.add_argument("--head-dim", type=int)
     p.add_argument("--passage", type=int, default=100)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args()
+    defaults = CUDA_DEFAULTS if args.cuda else CPU_DEFAULTS
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.cuda:
+        main_cuda(args)
+        return
     if args.child:
         task = json.loads(args.child)
         if task.pop("kind") == "memory":

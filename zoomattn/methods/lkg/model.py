@@ -27,10 +27,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from zoomattn.attention import kernels
 from zoomattn.attention.interface import attention_modules
 from zoomattn.attention.math import attention_probs, last_row_probs, sdpa
 from zoomattn.methods.lkg.config import LkgConfig
 from zoomattn.methods.lkg.estimator import PassageEstimator, guidance, passage_entropy
+from zoomattn.methods.lkg.flex import flex_relevance_attention
 from zoomattn.methods.lkg.kernel import (
     QUESTION,
     TAIL,
@@ -103,8 +105,11 @@ class LkgLayerAttention(nn.Module):
                 f"lkg: segments of {st.query_segments.shape[-1]} queries/"
                 f"{st.key_segments.shape[-1]} keys for a call with {q.shape[2]}/{k.shape[2]}"
             )
-        allowed = call_mask(mask, q.shape[2], k.shape[2], q.device)
         log_alpha = st.log_alpha[:, self.layer_idx]
+        if not last_row and kernels.choose("lkg", q.device) == kernels.FUSED:  # CUDA: no bias
+            segments = (st.query_segments, st.key_segments, log_alpha)
+            return flex_relevance_attention(q, k, v, mask, scaling, self.heads, *segments)
+        allowed = call_mask(mask, q.shape[2], k.shape[2], q.device)
         bias = fusion_bias(st.query_segments, st.key_segments, log_alpha, allowed)
         if last_row:
             return relevance_last_row(q, k, mask, scaling, self.heads, bias)
