@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The GPU checks of the distributed fine-tune and the fused attention kernels, in one run on one
+# CUDA machine that has the project's packages: the gpu lane's tests of those paths, then the
+# attention benchmark (every custom attention under attention_kernels reference and fused, ratios
+# to SDPA) and the overhead of torchrun at world size 1. Each step has its own time limit, the run
+# goes on past a failing step, and the whole run ends by BUDGET_S seconds (default 540).
+#
+#   bash benchmarks/gpu_checks.sh [OUT]     # default OUT: results/gpu_checks
+#
+# OUT gets summary.txt (device, versions, one line per step: exit status and seconds), checks.log
+# (every step's output), gpu_paper.{json,md} and distributed_overhead.{json,md}.
+set -u
+out=${1:-results/gpu_checks}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} ZOOMATTN_SKIP_SLURM=1
+py=${PYTHON:-python3}
+log=$out/checks.log
+deadline=$(($(date +%s) + ${BUDGET_S:-540}))
+
+step() { # name, limit in seconds, command...
+  local name=$1 limit=$2 left t0 rc
+  shift 2
+  left=$((deadline - $(date +%s)))
+  ((left < limit)) && limit=$left
+  if ((limit < 15)); then
+    echo "$name skipped: no time left" | tee -a "$out/summary.txt"
+    return
+  fi
+  t0=$(date +%s)
+  echo "=== $name (limit ${limit}s): $*" >>"$log"
+  timeout "$limit" "$@" >>"$log" 2>&1
+  rc=$?
+  echo "$name rc=$rc $(($(date +%s) - t0))s" | tee -a "$out/summary.txt"
+}
+
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  $py -c "import torch, triton, transformers, peft, bitsandbytes as b; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'bitsandbytes', b.__version__)"
+} >"$out/summary.txt" 2>&1
+cat "$out/summary.txt"
+
+lane() { $py -m pytest -q -p no:cacheprovider -rfE --durations=5 "$@"; }
+step lane_opamp_fused 60 lane tests/gpu/test_opamp_fused_on_cuda.py
+step lane_rectify_triton 100 lane tests/gpu/test_rectify_triton_on_cuda.py
+step lane_lkg_flex 150 lane tests/gpu/test_lkg_flex_on_cuda.py
+step attention 170 $py benchmarks/gpu_paper.py --attention-only --repeats 3 --lengths 2048 4096 8192 32768 --out "$out"
+step overhead 80 $py benchmarks/distributed_overhead.py --layers 2 --steps 6 --out "$out"
+step lane_distributed 120 lane -s tests/gpu/test_distributed_on_cuda.py
+grep -E "passed|failed|error" "$log" | tail -20
