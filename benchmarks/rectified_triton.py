@@ -14,7 +14,7 @@ block-wise one, as a sanity check. Prints one JSON line per length, then a summa
 
     PYTHONPATH=$PWD python benchmarks/rectified_triton.py                  # 2048 and 8192 tokens
     PYTHONPATH=$PWD python benchmarks/rectified_triton.py --lengths 8192 \\
-        --tiles '{"forward": [64, 64, 4, 3], "kv": [64, 64, 8, 2], "q": [64, 64, 8, 2]}'
+        --tiles '{"forward": [128, 32, 8, 2], "q": [32, 64, 8, 2]}'
 """
 
 from __future__ import annotations

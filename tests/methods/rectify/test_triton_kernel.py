@@ -150,7 +150,7 @@ def test_fused_setting_keeps_the_blockwise_path_on_the_cpu():
     assert torch.equal(out, blockwise)
 
 
-def test_fused_rejects_float64_and_a_mask_of_the_wrong_shape_naming_them():
+def test_fused_rejects_float64_a_mask_of_the_wrong_shape_and_head_dim_over_128_naming_them():
     (q, u, k, v), mask = _scenario("padded", torch.float32)
     g = Rectifier("max", 3.0)
     with pytest.raises(ValueError, match="float64"):
@@ -159,3 +159,6 @@ def test_fused_rejects_float64_and_a_mask_of_the_wrong_shape_naming_them():
         fused_rectified_attention(q, u, k, v, g, mask[:, :, :, :-1])
     with pytest.raises(ValueError, match="mask"):
         fused_rectified_attention(q, u, k, v, g, mask.float())
+    wide = [t.repeat_interleave(9, dim=-1) for t in (q, u, k, v)]  # D = 144
+    with pytest.raises(ValueError, match="head dim"):
+        fused_rectified_attention(*wide, g)

@@ -208,13 +208,14 @@ def _backward_q(
 
 
 def _tiles(head_dim: int, device: torch.device) -> dict[str, tuple[int, int, int, int]]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel. On CUDA a fixed table for
-    Hopper (unmeasured: FlashAttention-2's shapes, smaller backward tiles for the extra u tile);
-    elsewhere (Triton's interpreter) small tiles, so short test sequences span several."""
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel. On CUDA a fixed table, chosen
+    (without a GPU) as the largest tiles for which ptxas, compiling for sm_90 at head dim 128 in
+    bf16, reported no register spills (or under 100 bytes with a padding mask): g's temporaries
+    and the two query tiles (q, u) fill the registers. Speed unmeasured. Elsewhere (Triton's
+    interpreter) 16×16, so short test sequences span several tiles."""
     if device.type != "cuda":
         return {"forward": (16, 16, 1, 1), "kv": (16, 16, 1, 1), "q": (16, 16, 1, 1)}
-    warps = 8 if head_dim > 64 else 4
-    return {"forward": (128, 64, warps, 2), "kv": (32, 64, warps, 2), "q": (64, 32, warps, 2)}
+    return {"forward": (64, 32, 8, 2), "kv": (32, 32, 8, 2), "q": (32, 32, 8, 2)}
 
 
 def _dense_pair(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -257,6 +258,11 @@ def _check_inputs(q, u, k, v) -> None:
                          f"{k.shape}, {v.shape}")  # fmt: skip
     if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3] or q.shape[1] % k.shape[1]:
         raise ValueError(f"k, v {tuple(k.shape)} do not fit q {tuple(q.shape)} (GQA: H % H_kv)")
+    if q.shape[3] > 128:
+        raise ValueError(
+            f"fused rectified attention: head dim ≤ 128 (its tiles are sized for it), got "
+            f"{q.shape[3]} (attention_kernels: reference runs any head dim)"
+        )
 
 
 def _common(q, k, mask, spec: dict) -> tuple[list, list, dict]:
