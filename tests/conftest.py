@@ -7,6 +7,9 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+if not torch.cuda.is_available():  # Triton kernels run in its interpreter (read at definition)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 from zoomattn.data.tokenizer import build_tokenizer  # noqa: E402
 from zoomattn.data.world import FactSampler, World  # noqa: E402
 

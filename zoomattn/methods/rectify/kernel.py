@@ -3,12 +3,13 @@ blocks.
 
 ``u`` is the low-rank query update (``model.py``): at ξ = 0, where g is the identity, the
 scores are ``(q + u)·kᵀ·s``, plain attention on the updated queries, and the fused SDPA kernel
-runs. A nonlinear g on pairwise scores has no fused kernel, so ``rectified_attention`` walks the
+runs. A nonlinear g on pairwise scores has no SDPA kernel, so ``rectified_attention`` walks the
 queries in blocks of ``block`` rows: a block's scores are ``[block, S]`` per head, and under
 autograd each block is a checkpoint (``torch.utils.checkpoint``) that keeps only its inputs and
 output and recomputes its scores in backward (a single block is not recomputed: it is within
-the bound already). Peak memory is O(N·block) per head forward and
-backward, never O(N²); ``rectified_attention_materialised`` is the O(N²) formula, the reference of
+the bound already). Peak memory is O(N·block) per head forward and backward, never O(N²). On
+CUDA with ``attention_kernels: fused`` the Triton kernel of ``triton_kernel.py`` runs instead
+(flash-style, O(N)). ``rectified_attention_materialised`` is the O(N²) formula, the reference of
 the tests and the benchmark.
 
 g, with ξ from config (the paper's smooth form; ``smooth(a, b) = log(eᵃ + eᵇ + 1) − log(e⁻ᵃ + e⁻ᵇ
@@ -48,6 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from zoomattn.attention import kernels
 from zoomattn.attention.math import causal_flag, probe_dtype, repeat_kv, sdpa
 from zoomattn.methods.rectify.config import G_VARIANTS  # torch-free: the workflow checks names
 
@@ -125,6 +127,10 @@ def rectified_attention(q, u, k, v, g: Rectifier, mask=None, scaling=None, block
     scale = q.shape[-1] ** -0.5 if scaling is None else scaling
     if g.is_identity:
         return sdpa(q + u, k, v, mask, scale)
+    if kernels.choose("rectify", q.device) == kernels.FUSED:  # CUDA, attention_kernels: fused
+        from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention
+
+        return fused_rectified_attention(q, u, k, v, g, mask, scale)
     block = block or QUERY_BLOCK
     n_kv, (bsz, n_heads, n_q, dim) = k.shape[1], q.shape
     n_k = k.shape[2]

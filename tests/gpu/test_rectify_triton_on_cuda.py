@@ -1,0 +1,110 @@
+"""The gpu lane: the fused Triton rectified attention (methods/rectify/triton_kernel.py) compiled on
+CUDA against the materialised formula in fp64 on the same inputs, values and gradients of q, u, k,
+v, at a moderate size (L = 512, D = 128, 8 query heads over 2 KV heads): fp32 to 1e-5, bf16 within
+1.5× plain bf16 SDPA's error on the same device; causal prefill, left padding, one decoding step;
+and the dispatch under ``attention_kernels: fused``."""
+
+import pytest
+import torch
+
+from tests.gpu.lane import DEVICE
+from tests.methods.rectify.test_kernel import left_padding_mask
+from zoomattn.attention import kernels
+from zoomattn.attention.math import sdpa
+from zoomattn.methods.rectify.kernel import (
+    G_VARIANTS,
+    Rectifier,
+    rectified_attention,
+    rectified_attention_materialised,
+)
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(DEVICE != "cuda", reason="compiled Triton needs CUDA (the CPU test file "
+                       "runs the kernel in Triton's interpreter)"),
+]  # fmt: skip
+
+N, HEADS, KV_HEADS, HEAD_DIM = 512, 8, 2, 128
+# name: (L, S, left-padding lengths or None), batch of 2
+SCENARIOS = {
+    "causal_prefill": (N, N, None),
+    "padded": (N, N, [N, 300]),
+    "decoding_step": (1, N, None),
+}
+# (g, scenario) pairs: every g with padding, every scenario with the method's g ("max"); each pair
+# compiles three kernels per dtype, fp32's slowly (IEEE dot products), so fp32 runs two of them
+CASES = [("max", s) for s in SCENARIOS] + [(g, "padded") for g in G_VARIANTS if g != "max"]
+FP32_CASES = [("max", "causal_prefill"), ("sigmoid", "padded")]
+PARAMS = [(*c, torch.bfloat16) for c in CASES] + [(*c, torch.float32) for c in FP32_CASES]
+
+
+def _rel(a, b) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def _inputs(scenario, dtype):
+    n_q, n_k, lengths = SCENARIOS[scenario]
+    gen = torch.Generator().manual_seed(0)
+
+    def projected(heads, n, std=1.0):  # [B, L, H, D] viewed as [B, H, L, D], as the model's
+        x = std * torch.randn(2, n, heads, HEAD_DIM, generator=gen)
+        return x.to(DEVICE, dtype).transpose(1, 2).requires_grad_()
+
+    tensors = [projected(HEADS, n_q), projected(HEADS, n_q, 0.3)]
+    tensors += [projected(KV_HEADS, n_k), projected(KV_HEADS, n_k)]
+    mask = None if lengths is None else left_padding_mask(lengths, n_q).to(DEVICE)
+    return tensors, mask
+
+
+def _values_and_grads(fn, tensors, rows_ok):
+    out = fn(*tensors).where(rows_ok, 0.0)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out)
+    return out, torch.autograd.grad((out * weight).sum(), tensors)
+
+
+def _errors(fn, reference, tensors, rows_ok):
+    """Relative errors of fn's output and of the largest gradient error against ``reference`` in
+    fp64 on the same values (padding rows left out)."""
+    out, grads = _values_and_grads(fn, tensors, rows_ok)
+    exact = [t.detach().double().requires_grad_() for t in tensors]
+    ref, ref_grads = _values_and_grads(reference, exact, rows_ok)
+    return _rel(out, ref), max(_rel(g, r) for g, r in zip(grads, ref_grads, strict=True))
+
+
+@pytest.mark.parametrize(("name", "scenario", "dtype"), PARAMS)
+def test_fused_rectified_matches_its_materialised_formula_on_cuda(name, scenario, dtype):
+    from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention
+
+    tensors, mask = _inputs(scenario, dtype)
+    g = Rectifier(name, 3.0)
+    ok = torch.ones((), dtype=torch.bool, device=DEVICE)
+    ok = ok if mask is None else mask.any(-1, keepdim=True)
+    out_error, grad_error = _errors(
+        lambda *t: fused_rectified_attention(*t, g, mask),
+        lambda *t: rectified_attention_materialised(*t, g, mask),
+        tensors,
+        ok,
+    )
+    if dtype == torch.float32:
+        assert out_error <= 1e-5 and grad_error <= 2e-5, (out_error, grad_error)
+        return
+    q, _, k, v = tensors
+    sdpa_out, sdpa_grad = _errors(
+        lambda q_, k_, v_: sdpa(q_, k_, v_, mask), lambda q_, k_, v_: sdpa(q_, k_, v_, mask),
+        [q, k, v], ok,
+    )  # fmt: skip
+    assert out_error <= 1.5 * sdpa_out, (out_error, sdpa_out)
+    assert grad_error <= 1.5 * sdpa_grad, (grad_error, sdpa_grad)
+
+
+def test_rectified_attention_runs_the_fused_kernel_on_cuda_when_configured():
+    (q, u, k, v), mask = _inputs("padded", torch.bfloat16)
+    g = Rectifier("max", 3.0)
+    with torch.no_grad(), kernels.using("fused"):
+        out = rectified_attention(q, u, k, v, g, mask)
+        assert kernels.paths_run() == {"rectify": "fused"}
+    with torch.no_grad():
+        blockwise = rectified_attention(q, u, k, v, g, mask)
+    ok = mask.any(-1, keepdim=True)
+    assert _rel(out.where(ok, 0.0), blockwise.where(ok, 0.0)) <= 1e-2

@@ -1,0 +1,168 @@
+"""The fused Triton rectified attention (methods/rectify/triton_kernel.py) against the materialised
+formula, values and gradients of q, u, k, v: on the CPU through Triton's interpreter
+(tests/conftest.py sets TRITON_INTERPRET=1 where CUDA is absent), tiny shapes with 16×16 tiles so
+that every sequence spans several tiles, one of them ragged."""
+
+import pytest
+import torch
+
+from tests.methods.rectify.test_kernel import _inputs, left_padding_mask
+from tests.methods.rectify.test_kernel_bf16 import _bf16_errors, _rel
+from zoomattn.attention import kernels
+from zoomattn.attention.math import sdpa
+from zoomattn.methods.rectify.kernel import (
+    G_VARIANTS,
+    Rectifier,
+    rectified_attention,
+    rectified_attention_materialised,
+)
+
+triton = pytest.importorskip("triton", reason="triton is not installed (the fused kernel's)")
+if not triton.knobs.runtime.interpret:
+    pytest.skip(
+        "CPU tensors in Triton's interpreter: TRITON_INTERPRET=1, which tests/conftest.py sets "
+        "without CUDA (on CUDA: tests/gpu/test_rectify_triton_on_cuda.py)",
+        allow_module_level=True,
+    )
+
+
+def _squeeze_interpreter_indices() -> None:
+    """Triton 3.6's interpreter turns loop bounds into ints with int(array of shape (1,)), which
+    NumPy ≥ 2.4 refuses (triton-lang/triton#9171); apply the upstream fix (squeeze first)."""
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+    if getattr(original, "squeezes_indices", False):
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    patched.squeezes_indices = True
+    interpreter._patch_lang_tensor = patched
+
+
+_squeeze_interpreter_indices()
+from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention  # noqa: E402
+
+N = 24  # 16 + 8: two query tiles and two key tiles, the second ragged
+# name: (B, H, H_kv, L, S, left-padding lengths or None); GQA throughout (2 query heads per KV head)
+SCENARIOS = {
+    "padded": (2, 2, 1, N, N, [N, 13]),  # 11 fully masked (padding) rows in the second sequence
+    "causal_prefill": (1, 2, 1, N, N, None),
+    "decoding_step": (1, 2, 1, 1, N, None),
+}
+
+
+def _scenario(name, dtype):
+    b, h, hkv, n_q, n_k, lengths = SCENARIOS[name]
+    mask = None if lengths is None else left_padding_mask(lengths, n_q)
+    return _inputs(b, h, hkv, n_q, n_k, d=16, dtype=dtype), mask
+
+
+def _values_and_grads(fn, inputs):
+    out = fn(*inputs)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out.dtype)
+    return out, torch.autograd.grad((out * weight).sum(), inputs)
+
+
+def _assert_fused_is_materialised(g, inputs, mask, causal=None, reference_mask=None):
+    """fp32 values and gradients, every row (padding rows too: both give them the mean of v)."""
+    fused = _values_and_grads(
+        lambda *t: fused_rectified_attention(*t, g, mask, causal=causal), inputs
+    )
+    reference_mask = mask if reference_mask is None else reference_mask
+    reference = _values_and_grads(
+        lambda *t: rectified_attention_materialised(*t, g, reference_mask), inputs
+    )
+    assert fused[0].dtype == torch.float32 and torch.isfinite(fused[0]).all()
+    torch.testing.assert_close(fused[0], reference[0], atol=1e-5, rtol=1e-5)
+    for name, a, b in zip("quvk", fused[1], reference[1], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"d{n}: {m}")
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("name", G_VARIANTS)
+def test_fused_equals_materialised_in_fp32_values_and_gradients(name, scenario):
+    inputs, mask = _scenario(scenario, torch.float32)
+    _assert_fused_is_materialised(Rectifier(name, 3.0), inputs, mask)
+
+
+def test_fused_identity_g_at_xi_zero_equals_materialised():
+    inputs, mask = _scenario("causal_prefill", torch.float32)
+    _assert_fused_is_materialised(Rectifier("max", 0.0), inputs, mask)
+
+
+def test_fused_causal_queries_over_a_longer_cache_are_offset_by_s_minus_l():
+    """causal=True with L < S (chunked prefill over a cache): query i sees keys ≤ i + S − L."""
+    inputs = _inputs(1, 2, 1, 8, N, d=16, dtype=torch.float32)
+    offset_causal = torch.ones(8, N, dtype=torch.bool).tril(N - 8)[None, None]
+    _assert_fused_is_materialised(Rectifier("max", 3.0), inputs, None, True, offset_causal)
+
+
+@pytest.mark.parametrize("name", G_VARIANTS)
+def test_fused_bf16_is_as_accurate_as_bf16_sdpa_in_values_and_gradients(name):
+    """Against the formula in fp64 on the same bf16 inputs, padding rows left out, as
+    test_kernel_bf16.py holds the block-wise path: within 1.5× plain bf16 SDPA's error."""
+    (q, u, k, v), mask = _scenario("padded", torch.bfloat16)
+    g = Rectifier(name, 3.0)
+    ok = mask.any(-1, keepdim=True)
+    fused = _values_and_grads(
+        lambda *t: fused_rectified_attention(*t, g, mask).where(ok, 0.0), (q, u, k, v)
+    )
+    exact = [t.detach().double().requires_grad_() for t in (q, u, k, v)]
+    reference = _values_and_grads(
+        lambda *t: rectified_attention_materialised(*t, g, mask).where(ok, 0.0), exact
+    )
+    out_error = _rel(fused[0], reference[0])
+    grad_error = max(_rel(a, b) for a, b in zip(fused[1], reference[1], strict=True))
+    sdpa_out_error, sdpa_grad_error = _bf16_errors(
+        lambda q, k, v: sdpa(q, k, v, mask), (q, k, v), mask
+    )
+    assert fused[0].dtype == torch.bfloat16
+    assert out_error <= 1.5 * sdpa_out_error, (out_error, sdpa_out_error)
+    assert grad_error <= 1.5 * sdpa_grad_error, (grad_error, sdpa_grad_error)
+
+
+def test_rectified_attention_runs_the_fused_kernel_when_dispatch_says_fused(monkeypatch):
+    from zoomattn.methods.rectify import triton_kernel
+
+    calls = []
+    fused = triton_kernel.fused_rectified_attention
+    monkeypatch.setattr(kernels, "choose", lambda method, device: kernels.FUSED)
+    monkeypatch.setattr(
+        triton_kernel, "fused_rectified_attention", lambda *a: calls.append(1) or fused(*a)
+    )
+    (q, u, k, v), mask = _scenario("decoding_step", torch.float32)
+    g = Rectifier("sigmoid", 3.0)
+    with torch.no_grad():
+        out = rectified_attention(q, u, k, v, g, mask)
+        reference = rectified_attention_materialised(q, u, k, v, g, mask)
+    assert calls == [1]
+    torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
+
+
+def test_fused_setting_keeps_the_blockwise_path_on_the_cpu():
+    (q, u, k, v), mask = _scenario("padded", torch.float32)
+    g = Rectifier("max", 3.0)
+    with torch.no_grad():
+        blockwise = rectified_attention(q, u, k, v, g, mask, block=8)
+        with kernels.using("fused"):
+            out = rectified_attention(q, u, k, v, g, mask, block=8)
+            assert kernels.paths_run() == {"rectify": "reference"}
+    assert torch.equal(out, blockwise)
+
+
+def test_fused_rejects_float64_a_mask_of_the_wrong_shape_and_head_dim_over_128_naming_them():
+    (q, u, k, v), mask = _scenario("padded", torch.float32)
+    g = Rectifier("max", 3.0)
+    with pytest.raises(ValueError, match="float64"):
+        fused_rectified_attention(q.double(), u.double(), k.double(), v.double(), g)
+    with pytest.raises(ValueError, match="mask"):
+        fused_rectified_attention(q, u, k, v, g, mask[:, :, :, :-1])
+    with pytest.raises(ValueError, match="mask"):
+        fused_rectified_attention(q, u, k, v, g, mask.float())
+    wide = [t.repeat_interleave(9, dim=-1) for t in (q, u, k, v)]  # D = 144
+    with pytest.raises(ValueError, match="head dim"):
+        fused_rectified_attention(*wide, g)

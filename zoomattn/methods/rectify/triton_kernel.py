@@ -1,0 +1,355 @@
+"""Rectified attention as one fused Triton kernel, flash-attention style (forward and backward):
+softmax(q·kᵀ·s + g(u·kᵀ·s) + mask)·v without the ``[L, S]`` matrix, for CUDA. The block-wise torch
+``kernel.rectified_attention`` stays the CPU and reference path; ``kernel.py`` dispatches here when
+``attention.kernels.choose`` says "fused". Written after FlashAttention-2 (Dao, 2023) and Triton's
+fused-attention tutorial; the score and its derivatives are ours.
+
+Forward, per query tile (online softmax over key tiles of ``BLOCK_N``): both dot products
+q·kᵀ and u·kᵀ, x = s·u·kᵀ, z = s·q·kᵀ + g(x), masked as the reference (finfo.min where disallowed),
+running row max m and sum l, acc = Σ exp(z − m)·v. It keeps O and, per row, m and l: O(N) memory.
+(The log-sum-exp is m + log l; it is kept in two parts because in a fully masked row m = finfo.min
+and m + log l rounds back to m, which would make every p = 1 instead of 1/S in backward.)
+
+Backward. With P = softmax(z) row-wise, O = P·V and dO given:
+
+    dV = Pᵀ·dO
+    dP = dO·Vᵀ,   Δ_i = Σ_j P_ij dP_ij = dO_i·O_i,   dZ = P ∘ (dP − Δ)      (softmax backward)
+    z_ij = s·q_i·k_j + g(x_ij),  x_ij = s·u_i·k_j, hence
+    ∂z_ij/∂q_i = s·k_j,   ∂z_ij/∂u_i = g′(x_ij)·s·k_j,   ∂z_ij/∂k_j = s·(q_i + g′(x_ij)·u_i)
+    dQ = s·dZ·K,   dU = s·(dZ ∘ g′(X))·K,   dK = s·(dZᵀ·Q + (dZ ∘ g′(X))ᵀ·U)
+
+A masked score is a constant (masked_fill), so dZ is zeroed there. Two kernels recompute P from
+m and l: one per key tile (dK, dV, summed over the query heads of its GQA group and their query
+tiles: no atomics), one per query tile (dQ, dU). g′ of the smooth max/min comes in registers from
+the same two exponentials as g (``triton_tiles``).
+
+Shapes and conventions as ``kernel.py``: q, u ``[B, H, L, D]``, k, v ``[B, H_kv, S, D]`` (query
+head h reads KV head h // (H / H_kv)); mask None (causal prefill when L = S, with the causal
+offset S − L otherwise; one decoding step L = 1 sees every key) or boolean ``[B, 1, L, S]``.
+fp16/bf16/fp32 inputs; scores, g, softmax and every accumulation in fp32 (fp32 dot products in
+IEEE precision, not TF32). P and dZ enter their dot products with V, dO, Q, U, K in the input
+dtype; FlashAttention rounds them to it once, which in bf16 put this kernel's gradients beyond
+1.5× plain bf16 SDPA's error (tests/methods/rectify/test_triton_kernel.py), so here each is split
+in two bf16 parts, hi + lo (``triton_tiles.dot_split``: twice those tensor-core products, while g's
+exponentials, not the dot products, are expected to bound the time). Tiles: a fixed table for
+Hopper (``_tiles``). Speed unmeasured when written (no GPU at hand).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from zoomattn.attention.math import causal_flag
+from zoomattn.methods.rectify.kernel import Rectifier
+from zoomattn.methods.rectify.triton_tiles import (
+    G_KINDS,
+    cast,
+    dot,
+    dot_split,
+    tile_scores,
+)
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@triton.jit
+def _forward(
+    Q, U, K, V, OUT, M, L, MASK,
+    sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, sm_b, sm_l,
+    n_heads, group, n_q, n_k, head_dim, offset, scale, xi,
+    G_KIND: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    pid_m, bh = tl.program_id(0), tl.program_id(1)
+    b, h = bh // n_heads, bh % n_heads
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    rows = b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_d[None, :] * sq_d
+    rows_ok = (offs_m[:, None] < n_q) & (offs_d[None, :] < head_dim)
+    q = tl.load(Q + rows, mask=rows_ok, other=0.0)
+    u = tl.load(U + rows, mask=rows_ok, other=0.0)
+    kv = b * sk_b + (h // group) * sk_h  # this query head's KV head
+    mask_rows = MASK + b * sm_b + offs_m[:, None] * sm_l
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    end = n_k
+    if CAUSAL:  # keys past the tile's last row (+ offset) are masked for all its rows
+        end = tl.minimum(n_k, (pid_m + 1) * BLOCK_M + offset)
+    for start_n in range(0, end, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        cols = kv + offs_n[:, None] * sk_l + offs_d[None, :] * sk_d
+        cols_ok = (offs_n[:, None] < n_k) & (offs_d[None, :] < head_dim)
+        k = tl.load(K + cols, mask=cols_ok, other=0.0)
+        v = tl.load(V + cols, mask=cols_ok, other=0.0)
+        z, _, _ = tile_scores(
+            q, u, k, offs_m, offs_n, mask_rows, n_q, n_k, offset, scale, xi,
+            G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST,
+        )  # fmt: skip
+        m_new = tl.maximum(m_i, tl.max(z, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(z - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + dot_split(p, v, PRECISION, UPCAST)
+        m_i = m_new
+    acc = acc / l_i[:, None]
+    tl.store(OUT + rows, cast(acc, OUT.dtype.element_ty, UPCAST), mask=rows_ok)
+    stats = bh * n_q + offs_m
+    tl.store(M + stats, m_i, mask=offs_m < n_q)
+    tl.store(L + stats, l_i, mask=offs_m < n_q)
+
+
+@triton.jit
+def _backward_kv(
+    Q, U, K, V, DO, M, L, DELTA, DK, DV, MASK,
+    sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, so_b, so_h, so_l, so_d, sm_b, sm_l,
+    n_kv, group, n_q, n_k, head_dim, offset, scale, xi,
+    G_KIND: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """dK and dV of one key tile of one KV head: over its group's query heads and query tiles."""
+    pid_n, bk = tl.program_id(0), tl.program_id(1)
+    b, hk = bk // n_kv, bk % n_kv
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    cols = b * sk_b + hk * sk_h + offs_n[:, None] * sk_l + offs_d[None, :] * sk_d
+    cols_ok = (offs_n[:, None] < n_k) & (offs_d[None, :] < head_dim)
+    k = tl.load(K + cols, mask=cols_ok, other=0.0)
+    v = tl.load(V + cols, mask=cols_ok, other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    first = 0
+    if CAUSAL:  # rows before pid_n·BLOCK_N − offset see none of these keys
+        first = (tl.maximum(pid_n * BLOCK_N - offset, 0) // BLOCK_M) * BLOCK_M
+    for j in range(0, group):
+        h = hk * group + j
+        for start_m in range(first, n_q, BLOCK_M):
+            offs_m = start_m + tl.arange(0, BLOCK_M)
+            rows_ok = (offs_m[:, None] < n_q) & (offs_d[None, :] < head_dim)
+            rows = b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_d[None, :] * sq_d
+            q = tl.load(Q + rows, mask=rows_ok, other=0.0)
+            u = tl.load(U + rows, mask=rows_ok, other=0.0)
+            do_rows = b * so_b + h * so_h + offs_m[:, None] * so_l + offs_d[None, :] * so_d
+            do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
+            stats = (b * n_kv * group + h) * n_q + offs_m
+            m = tl.load(M + stats, mask=offs_m < n_q, other=0.0)
+            l_sum = tl.load(L + stats, mask=offs_m < n_q, other=1.0)
+            delta = tl.load(DELTA + stats, mask=offs_m < n_q, other=0.0)
+            z, dg, allowed = tile_scores(
+                q, u, k, offs_m, offs_n, MASK + b * sm_b + offs_m[:, None] * sm_l,
+                n_q, n_k, offset, scale, xi, G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST,
+            )  # fmt: skip
+            p = tl.exp(z - m[:, None]) / l_sum[:, None]
+            dv += dot_split(tl.trans(p), do, PRECISION, UPCAST)
+            dp = dot(do, tl.trans(v), PRECISION, UPCAST)
+            dz = tl.where(allowed, p * (dp - delta[:, None]), 0.0)
+            dk += dot_split(tl.trans(dz), q, PRECISION, UPCAST)
+            dk += dot_split(tl.trans(dz * dg), u, PRECISION, UPCAST)
+    tl.store(DK + cols, cast(dk * scale, DK.dtype.element_ty, UPCAST), mask=cols_ok)
+    tl.store(DV + cols, cast(dv, DV.dtype.element_ty, UPCAST), mask=cols_ok)
+
+
+@triton.jit
+def _backward_q(
+    Q, U, K, V, DO, M, L, DELTA, DQ, DU, MASK,
+    sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, so_b, so_h, so_l, so_d, sm_b, sm_l,
+    n_heads, group, n_q, n_k, head_dim, offset, scale, xi,
+    G_KIND: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """dQ and dU of one query tile of one query head: over the key tiles it sees."""
+    pid_m, bh = tl.program_id(0), tl.program_id(1)
+    b, h = bh // n_heads, bh % n_heads
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    rows = b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_d[None, :] * sq_d
+    rows_ok = (offs_m[:, None] < n_q) & (offs_d[None, :] < head_dim)
+    q = tl.load(Q + rows, mask=rows_ok, other=0.0)
+    u = tl.load(U + rows, mask=rows_ok, other=0.0)
+    do_rows = b * so_b + h * so_h + offs_m[:, None] * so_l + offs_d[None, :] * so_d
+    do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
+    stats = bh * n_q + offs_m
+    m = tl.load(M + stats, mask=offs_m < n_q, other=0.0)
+    l_sum = tl.load(L + stats, mask=offs_m < n_q, other=1.0)
+    delta = tl.load(DELTA + stats, mask=offs_m < n_q, other=0.0)
+    kv = b * sk_b + (h // group) * sk_h
+    mask_rows = MASK + b * sm_b + offs_m[:, None] * sm_l
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    du = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    end = n_k
+    if CAUSAL:
+        end = tl.minimum(n_k, (pid_m + 1) * BLOCK_M + offset)
+    for start_n in range(0, end, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        cols = kv + offs_n[:, None] * sk_l + offs_d[None, :] * sk_d
+        cols_ok = (offs_n[:, None] < n_k) & (offs_d[None, :] < head_dim)
+        k = tl.load(K + cols, mask=cols_ok, other=0.0)
+        v = tl.load(V + cols, mask=cols_ok, other=0.0)
+        z, dg, allowed = tile_scores(
+            q, u, k, offs_m, offs_n, mask_rows, n_q, n_k, offset, scale, xi,
+            G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST,
+        )  # fmt: skip
+        p = tl.exp(z - m[:, None]) / l_sum[:, None]
+        dp = dot(do, tl.trans(v), PRECISION, UPCAST)
+        dz = tl.where(allowed, p * (dp - delta[:, None]), 0.0)
+        dq += dot_split(dz, k, PRECISION, UPCAST)
+        du += dot_split(dz * dg, k, PRECISION, UPCAST)
+    tl.store(DQ + rows, cast(dq * scale, DQ.dtype.element_ty, UPCAST), mask=rows_ok)
+    tl.store(DU + rows, cast(du * scale, DU.dtype.element_ty, UPCAST), mask=rows_ok)
+
+
+# --- host side -----------------------------------------------------------------------------------
+
+
+def _tiles(head_dim: int, device: torch.device) -> dict[str, tuple[int, int, int, int]]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel. On CUDA a fixed table, chosen
+    (without a GPU) as the largest tiles for which ptxas, compiling for sm_90 at head dim 128 in
+    bf16, reported no register spills (or under 100 bytes with a padding mask): g's temporaries
+    and the two query tiles (q, u) fill the registers. Speed unmeasured. Elsewhere (Triton's
+    interpreter) 16×16, so short test sequences span several tiles."""
+    if device.type != "cuda":
+        return {"forward": (16, 16, 1, 1), "kv": (16, 16, 1, 1), "q": (16, 16, 1, 1)}
+    return {"forward": (64, 32, 8, 2), "kv": (32, 32, 8, 2), "q": (32, 32, 8, 2)}
+
+
+def _dense_pair(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """a and b with one set of strides, dense in the model's [B, L, H, D] or in [B, H, L, D] order
+    (so empty_like gives their gradients the same strides): the kernels index all four with it."""
+
+    def dense(t):
+        return t.is_contiguous() or t.transpose(1, 2).is_contiguous()
+
+    if a.stride() != b.stride() or not dense(a):
+        return a.contiguous(), b.contiguous()
+    return a, b
+
+
+def _mask_arg(mask, bsz: int, n_q: int, n_k: int) -> torch.Tensor | None:
+    if mask is None:
+        return None
+    if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1:
+        raise ValueError(f"mask: boolean [B, 1, L, S], got {mask.dtype} {tuple(mask.shape)}")
+    if tuple(mask.shape[2:]) != (n_q, n_k) or mask.shape[0] not in (1, bsz):
+        raise ValueError(f"mask: shape {tuple(mask.shape)} does not fit B={bsz}, L={n_q}, S={n_k}")
+    mask = mask.expand(bsz, 1, n_q, n_k)
+    return (mask if mask.stride(-1) == 1 else mask.contiguous()).view(torch.uint8)
+
+
+def _check_inputs(q, u, k, v) -> None:
+    if not (q.dtype == u.dtype == k.dtype == v.dtype) or q.dtype not in DTYPES:
+        dtypes = sorted({str(t.dtype) for t in (q, u, k, v)})
+        raise ValueError(
+            f"fused rectified attention: q, u, k, v of one dtype among fp16/bf16/fp32, got "
+            f"{', '.join(dtypes)} (attention_kernels: reference runs any dtype)"
+        )
+    if q.device.type != "cuda" and not triton.knobs.runtime.interpret:
+        raise ValueError(
+            f"fused rectified attention runs on CUDA (or on the CPU in Triton's interpreter, "
+            f"TRITON_INTERPRET=1, set before import), got tensors on {q.device}"
+        )
+    if q.shape != u.shape or k.shape != v.shape or q.dim() != 4:
+        raise ValueError(f"q, u [B, H, L, D] and k, v [B, H_kv, S, D], got {q.shape}, {u.shape}, "
+                         f"{k.shape}, {v.shape}")  # fmt: skip
+    if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3] or q.shape[1] % k.shape[1]:
+        raise ValueError(f"k, v {tuple(k.shape)} do not fit q {tuple(q.shape)} (GQA: H % H_kv)")
+    if q.shape[3] > 128:
+        raise ValueError(
+            f"fused rectified attention: head dim ≤ 128 (its tiles are sized for it), got "
+            f"{q.shape[3]} (attention_kernels: reference runs any head dim)"
+        )
+
+
+def _common(q, k, mask, spec: dict) -> tuple[list, list, dict]:
+    """Arguments every kernel shares after its tensors: strides and sizes, then constexprs."""
+    b, n_heads, n_q, d = q.shape
+    n_kv, n_k = k.shape[1], k.shape[2]
+    mask_strides = (0, 0) if mask is None else (mask.stride(0), mask.stride(2))
+    args = [*q.stride(), *k.stride(), *mask_strides]
+    sizes = [n_heads // n_kv, n_q, n_k, d, n_k - n_q, spec["scale"], spec["xi"]]
+    constexprs = {
+        "G_KIND": spec["g_kind"],
+        "CAUSAL": spec["causal"],
+        "HAS_MASK": mask is not None,
+        "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
+        "UPCAST": bool(triton.knobs.runtime.interpret),
+        "BLOCK_D": max(16, triton.next_power_of_2(d)),
+    }
+    return args, sizes, constexprs
+
+
+def _launch_options(tile) -> dict:
+    block_m, block_n, warps, stages = tile
+    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+
+
+class _FusedRectified(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, u, k, v, mask, spec):
+        b, n_heads, n_q, _ = q.shape
+        o = torch.empty_like(q)
+        m = torch.empty(b, n_heads, n_q, device=q.device, dtype=torch.float32)
+        l_sum = torch.empty_like(m)
+        strides, sizes, constexprs = _common(q, k, mask, spec)
+        tile = spec["tiles"]["forward"]
+        grid = (triton.cdiv(n_q, tile[0]), b * n_heads)
+        _forward[grid](
+            q, u, k, v, o, m, l_sum, q if mask is None else mask,
+            *strides, n_heads, *sizes, **constexprs, **_launch_options(tile),
+        )  # fmt: skip
+        ctx.save_for_backward(q, u, k, v, o, m, l_sum, mask)
+        ctx.spec = spec
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, u, k, v, o, m, l_sum, mask = ctx.saved_tensors
+        spec = ctx.spec
+        b, n_heads, n_q, _ = q.shape
+        n_kv, n_k = k.shape[1], k.shape[2]
+        delta = (do.float() * o.float()).sum(-1).contiguous()  # Δ_i = dO_i·O_i
+        dq, du, dk, dv = (torch.empty_like(t) for t in (q, u, k, v))
+        strides, sizes, constexprs = _common(q, k, mask, spec)
+        strides[8:8] = do.stride()  # after q's and k's strides, before the mask's
+        mask_arg = q if mask is None else mask
+        tile = spec["tiles"]["kv"]
+        _backward_kv[(triton.cdiv(n_k, tile[1]), b * n_kv)](
+            q, u, k, v, do, m, l_sum, delta, dk, dv, mask_arg,
+            *strides, n_kv, *sizes, **constexprs, **_launch_options(tile),
+        )  # fmt: skip
+        tile = spec["tiles"]["q"]
+        _backward_q[(triton.cdiv(n_q, tile[0]), b * n_heads)](
+            q, u, k, v, do, m, l_sum, delta, dq, du, mask_arg,
+            *strides, n_heads, *sizes, **constexprs, **_launch_options(tile),
+        )  # fmt: skip
+        return dq, du, dk, dv, None, None
+
+
+def fused_rectified_attention(
+    q, u, k, v, g: Rectifier, mask=None, scaling=None, causal: bool | None = None, tiles=None
+) -> torch.Tensor:
+    """softmax(q·kᵀ·s + g(u·kᵀ·s) + mask)·v by the fused kernel; shapes as ``kernel.py``.
+    ``causal`` None follows ``rectified_attention`` (no mask: causal prefill, or one decoding step
+    over every key); True makes L < S queries causal with the offset S − L (chunked prefill over
+    a cache). ``tiles`` overrides ``_tiles`` (benchmarks, tests)."""
+    _check_inputs(q, u, k, v)
+    q, u = _dense_pair(q, u)
+    k, v = _dense_pair(k, v)
+    n_q, n_k = q.shape[2], k.shape[2]
+    if causal is None:
+        causal = causal_flag(mask, n_q, n_k)
+    elif causal and (mask is not None or n_q > n_k):
+        raise ValueError("causal=True takes no mask and at most as many queries as keys")
+    spec = {
+        "g_kind": G_KINDS["identity" if g.is_identity else g.name],
+        "xi": float(g.xi),
+        "scale": q.shape[-1] ** -0.5 if scaling is None else float(scaling),
+        "causal": bool(causal),
+        "tiles": tiles or _tiles(q.shape[-1], q.device),
+    }
+    return _FusedRectified.apply(q, u, k, v, _mask_arg(mask, q.shape[0], n_q, n_k), spec)

@@ -1,0 +1,125 @@
+"""The Triton device functions of the fused rectified attention (``triton_kernel.py``): g and g′
+in registers, and one tile's scores with its mask. Imports triton: import only where it is
+installed (``kernel.py`` imports the fused path lazily, on CUDA only)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+IDENTITY = tl.constexpr(0)
+MAX = tl.constexpr(1)
+TANH = tl.constexpr(2)
+TANH_PLUS_X = tl.constexpr(3)
+SIGMOID = tl.constexpr(4)
+G_KINDS = {"identity": 0, "max": 1, "tanh": 2, "tanh_plus_x": 3, "sigmoid": 4}
+
+FMIN = tl.constexpr(-3.4028234663852886e38)  # torch.finfo(torch.float32).min: the masked score
+
+
+@triton.jit
+def dot(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """a @ b accumulated in fp32. UPCAST (Triton's interpreter only, whose dot multiplies bf16
+    bit patterns as integers) computes it in fp32: bf16 products are exact in fp32, so the result
+    is the GPU's up to the order of the sums."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    return tl.dot(a, b, input_precision=PRECISION)
+
+
+@triton.jit
+def cast(x, dtype: tl.constexpr, UPCAST: tl.constexpr):
+    """fp32 x in dtype, rounded to nearest even as the GPU does. Triton's interpreter (UPCAST)
+    truncates fp32 → bf16 instead: there x is first rounded on its bits, which makes the
+    truncation exact."""
+    if UPCAST and dtype == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        x = bits.to(tl.float32, bitcast=True)
+    return x.to(dtype)
+
+
+@triton.jit
+def dot_split(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """a @ b for fp32 a (probabilities, score gradients) and b in the input dtype: a is rounded to
+    b's dtype in two parts, hi + lo, so the product keeps ~16 bits of a, not bf16's 8."""
+    hi = cast(a, b.dtype, UPCAST)
+    if b.dtype == tl.float32:
+        return dot(hi, b, PRECISION, UPCAST)
+    lo = cast(a - hi.to(tl.float32), b.dtype, UPCAST)
+    return dot(hi, b, PRECISION, UPCAST) + dot(lo, b, PRECISION, UPCAST)
+
+
+@triton.jit
+def _smooth_max_min(a, b):
+    """f = log(1 + eᵃ + eᵇ) − log(1 + e⁻ᵃ + e⁻ᵇ) with ∂f/∂a and ∂f/∂b, from two exponentials:
+    with hi ≥ mid ≥ lo the sorted (0, a, b), every term is exp(v − hi) or exp(lo − v) of one of
+    them, i.e. 1, e^{mid−hi}, e^{lo−mid} or their product e^{lo−hi} (all ≤ 1: no overflow)."""
+    hi = tl.maximum(tl.maximum(a, b), 0.0)
+    lo = tl.minimum(tl.minimum(a, b), 0.0)
+    mid = tl.maximum(tl.minimum(a, b), tl.minimum(tl.maximum(a, b), 0.0))
+    e_mh = tl.exp(mid - hi)
+    e_lm = tl.exp(lo - mid)
+    e_lh = e_mh * e_lm
+    s_pos = 1.0 + e_mh + e_lh  # Σ_v exp(v − hi): log(1 + eᵃ + eᵇ) = hi + log s_pos
+    s_neg = 1.0 + e_lm + e_lh  # Σ_v exp(lo − v): log(1 + e⁻ᵃ + e⁻ᵇ) = −lo + log s_neg
+    f = hi + lo + tl.log(s_pos) - tl.log(s_neg)
+    # ∂f/∂v = exp(v − hi)/s_pos + exp(lo − v)/s_neg for v = a, b: each exponential is the one of
+    # v's place in the triple (where v ties two places, both give the same value)
+    a_pos = tl.where(a == hi, 1.0, tl.where(a == lo, e_lh, e_mh))
+    a_neg = tl.where(a == lo, 1.0, tl.where(a == hi, e_lh, e_lm))
+    b_pos = tl.where(b == hi, 1.0, tl.where(b == lo, e_lh, e_mh))
+    b_neg = tl.where(b == lo, 1.0, tl.where(b == hi, e_lh, e_lm))
+    return f, a_pos / s_pos + a_neg / s_neg, b_pos / s_pos + b_neg / s_neg
+
+
+@triton.jit
+def rectifier(x, xi, G_KIND: tl.constexpr):
+    """(g(x), g′(x)) for kernel.Rectifier's variants (its docstring has the formulas)."""
+    t = 2.0 * tl.sigmoid(2.0 * x) - 1.0  # tanh x (unused, hence dropped, by identity/sigmoid)
+    if G_KIND == IDENTITY:
+        g = x
+        dg = tl.full(x.shape, 1.0, tl.float32)
+    elif G_KIND == TANH:
+        g = xi * t
+        dg = xi * (1.0 - t * t)
+    elif G_KIND == TANH_PLUS_X:
+        g = xi * t + x
+        dg = xi * (1.0 - t * t) + 1.0
+    else:  # MAX: smooth(ξ·tanh x, x); SIGMOID: smooth(2ξ·(σ(x) − ½), x)
+        if G_KIND == MAX:
+            a = xi * t
+            da = xi * (1.0 - t * t)
+        else:
+            s = tl.sigmoid(x)
+            a = 2.0 * xi * (s - 0.5)
+            da = 2.0 * xi * s * (1.0 - s)
+        g, df_da, df_dx = _smooth_max_min(a, x)
+        dg = df_da * da + df_dx
+    return g, dg
+
+
+@triton.jit
+def tile_scores(
+    q, u, k, offs_m, offs_n, mask_rows, n_q, n_k, offset, scale, xi,
+    G_KIND: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """Scores z = q·kᵀ·s + g(u·kᵀ·s) of a [BLOCK_M, BLOCK_N] tile, masked, with g′ and where
+    attention is allowed. Disallowed keys score finfo(fp32).min, as the reference's masked_fill
+    (a fully masked row stays finite: uniform over its keys); keys past the end score −inf (they
+    do not exist). ``mask_rows``: pointers to the mask's rows of this tile (HAS_MASK)."""
+    kt = tl.trans(k)
+    x = dot(u, kt, PRECISION, UPCAST) * scale
+    g, dg = rectifier(x, xi, G_KIND)
+    z = dot(q, kt, PRECISION, UPCAST) * scale + g
+    key_exists = offs_n[None, :] < n_k
+    allowed = key_exists
+    if CAUSAL:
+        allowed = allowed & (offs_n[None, :] <= offs_m[:, None] + offset)
+    if HAS_MASK:
+        in_bounds = (offs_m[:, None] < n_q) & key_exists
+        allowed = allowed & (tl.load(mask_rows + offs_n[None, :], mask=in_bounds, other=0) != 0)
+    z = tl.where(allowed, z, FMIN)
+    z = tl.where(key_exists, z, float("-inf"))
+    return z, dg, allowed
