@@ -3,7 +3,7 @@
 # CUDA machine that has the project's packages: the gpu lane's tests of those paths, then the
 # attention benchmark (every custom attention under attention_kernels reference and fused, ratios
 # to SDPA) and the overhead of torchrun at world size 1. Each step has its own time limit, the run
-# goes on past a failing step, and the whole run ends by BUDGET_S seconds (default 540).
+# goes on past a failing step, and the whole run ends by BUDGET_S seconds (default 530).
 #
 #   bash benchmarks/gpu_checks.sh [OUT]     # default OUT: results/gpu_checks
 #
@@ -15,7 +15,7 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} ZOOMATTN_SKIP_SLURM=1
 py=${PYTHON:-python3}
 log=$out/checks.log
-deadline=$(($(date +%s) + ${BUDGET_S:-540}))
+deadline=$(($(date +%s) + ${BUDGET_S:-530}))
 
 step() { # name, limit in seconds, command...
   local name=$1 limit=$2 left t0 rc
@@ -40,10 +40,11 @@ step() { # name, limit in seconds, command...
 cat "$out/summary.txt"
 
 lane() { $py -m pytest -q -p no:cacheprovider -rfE --durations=5 "$@"; }
-step lane_opamp_fused 60 lane tests/gpu/test_opamp_fused_on_cuda.py
+step lane_opamp_fused 45 lane tests/gpu/test_opamp_fused_on_cuda.py
 step lane_rectify_triton 100 lane tests/gpu/test_rectify_triton_on_cuda.py
-step lane_lkg_flex 150 lane tests/gpu/test_lkg_flex_on_cuda.py
-step attention 170 $py benchmarks/gpu_paper.py --attention-only --repeats 3 --lengths 2048 4096 8192 32768 --out "$out"
+step lane_lkg_flex 130 lane tests/gpu/test_lkg_flex_on_cuda.py
+step attention 170 $py benchmarks/gpu_paper.py --attention-only --repeats 3 \
+  --lengths 2048 4096 8192 32768 --out "$out"
 step overhead 80 $py benchmarks/distributed_overhead.py --layers 2 --steps 6 --out "$out"
 step lane_distributed 120 lane -s tests/gpu/test_distributed_on_cuda.py
 grep -E "passed|failed|error" "$log" | tail -20
