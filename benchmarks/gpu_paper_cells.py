@@ -276,13 +276,8 @@ def attention_step(variant: str, n: int, shape: dict, methods: dict, device: str
     ``[1, H, n, D]``, k/v ``[1, KV, n, D]`` (laid out as the projections leave them), causal."""
     from zoomattn.attention.math import sdpa
     from zoomattn.methods import METHODS
-    from zoomattn.methods.lkg.kernel import (
-        Boundary,
-        call_mask,
-        fusion_bias,
-        relevance_attention,
-        segment_ids,
-    )
+    from zoomattn.methods.lkg.kernel import Boundary, segment_ids
+    from zoomattn.methods.lkg.model import relevance_fusion
     from zoomattn.methods.opamp.model import OpAmpAttention
     from zoomattn.methods.rectify.kernel import Rectifier, rectified_attention
 
@@ -315,9 +310,8 @@ def attention_step(variant: str, n: int, shape: dict, methods: dict, device: str
         leaves.append(log_alpha)
         fused = fused_heads(shape)
 
-        def fn():  # each layer builds its bias from log α (which needs grad in training)
-            bias = fusion_bias(segments, segments, log_alpha, call_mask(None, n, n, device))
-            return relevance_attention(q, k, v, None, None, fused, bias)
+        def fn():  # the layer's dispatch: the bias from log α (needs grad), or FlexAttention
+            return relevance_fusion(q, k, v, None, None, fused, segments, segments, log_alpha)
     else:
         raise ValueError(variant)
     grad = torch.randn_like(q)

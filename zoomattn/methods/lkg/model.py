@@ -70,6 +70,18 @@ class LkgState:
         self.entropy: dict[int, torch.Tensor] = {}  # layer -> H [B, P]
 
 
+def relevance_fusion(q, k, v, mask, scaling, heads, query_segments, key_segments, log_alpha):
+    """Eq. 6 on ``heads`` (``kernel.relevance_attention`` with ``kernel.fusion_bias``), at the one
+    dispatch point of LKG-RALM's attention: FlexAttention without a bias where ``kernels.choose``
+    says fused (CUDA), else the materialised bias on SDPA."""
+    if kernels.choose("lkg", q.device) == kernels.FUSED:
+        segments = (query_segments, key_segments, log_alpha)
+        return flex_relevance_attention(q, k, v, mask, scaling, heads, *segments)
+    allowed = call_mask(mask, q.shape[2], k.shape[2], q.device)
+    bias = fusion_bias(query_segments, key_segments, log_alpha, allowed)
+    return relevance_attention(q, k, v, mask, scaling, heads, bias)
+
+
 def passage_terms(ids: list[int], segments: list[int], n: int, boundary: Boundary):
     """(question token ids, each passage's token ids) of one row, markers left out."""
     markers = {boundary.d, boundary.e, boundary.q, boundary.eq}
@@ -105,15 +117,11 @@ class LkgLayerAttention(nn.Module):
                 f"lkg: segments of {st.query_segments.shape[-1]} queries/"
                 f"{st.key_segments.shape[-1]} keys for a call with {q.shape[2]}/{k.shape[2]}"
             )
-        log_alpha = st.log_alpha[:, self.layer_idx]
-        if not last_row and kernels.choose("lkg", q.device) == kernels.FUSED:  # CUDA: no bias
-            segments = (st.query_segments, st.key_segments, log_alpha)
-            return flex_relevance_attention(q, k, v, mask, scaling, self.heads, *segments)
-        allowed = call_mask(mask, q.shape[2], k.shape[2], q.device)
-        bias = fusion_bias(st.query_segments, st.key_segments, log_alpha, allowed)
-        if last_row:
+        segments = (st.query_segments, st.key_segments, st.log_alpha[:, self.layer_idx])
+        if last_row:  # one row: the bias path on every device
+            bias = fusion_bias(*segments, call_mask(mask, q.shape[2], k.shape[2], q.device))
             return relevance_last_row(q, k, mask, scaling, self.heads, bias)
-        return relevance_attention(q, k, v, mask, scaling, self.heads, bias)
+        return relevance_fusion(q, k, v, mask, scaling, self.heads, *segments)
 
     def _entropy(self, q, k, mask, scaling) -> torch.Tensor:
         """H of each ``[e_i]`` row's attention over its passage ``[B, P]`` (rows only)."""
