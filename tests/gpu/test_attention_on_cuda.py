@@ -125,3 +125,18 @@ def test_relevance_fusion_matches_the_biased_softmax(dtype):
     assert _rel(out, ref) <= bound[dtype]
     for g_, r in zip(grads, ref_grads, strict=True):
         assert _rel(g_, r) <= 2 * bound[dtype]
+
+
+def test_a_left_padded_row_gives_zero_and_no_nan_gradient_in_bf16():
+    """CUDA's memory-efficient kernel gives a row with no allowed key a NaN query gradient in
+    bf16 (seen on an H200); ``math.sdpa`` must hand back 0 and finite gradients, as on the CPU."""
+    q, k, v = _inputs(torch.bfloat16)
+    n = q.shape[2]
+    mask = torch.ones(2, 1, n, n, dtype=torch.bool, device=DEVICE).tril()
+    mask[1, :, :, : n // 2] = False  # the second row left-padded by half: its first half sees nothing
+    up = torch.randn_like(q)
+    up[1, :, : n // 2] = 0  # nothing reads a padded row
+    out = sdpa(q, k, v, mask)
+    grads = torch.autograd.grad(out, (q, k, v), up)
+    assert not out[1, :, : n // 2].any()
+    assert all(torch.isfinite(g).all() for g in grads)

@@ -43,9 +43,18 @@ def gqa_for_kernel(q, k, v, mask) -> tuple[torch.Tensor, torch.Tensor, bool]:
 
 
 def sdpa(q, k, v, mask=None, scaling=None) -> torch.Tensor:
-    """Fused attention (no N×N matrix is kept): softmax(q kᵀ·scale + mask) v, GQA-aware."""
+    """Fused attention (no N×N matrix is kept): softmax(q kᵀ·scale + mask) v, GQA-aware. A row
+    the mask leaves no key (a left-padded query) gives 0 on every device."""
     k, v, grouped = gqa_for_kernel(q, k, v, mask)
-    return F.scaled_dot_product_attention(
+    empty = None
+    if mask is not None and q.device.type == "cuda":
+        # CUDA's memory-efficient kernel gives such a row 0 but, in bf16, a NaN query gradient
+        # (measured on an H200, torch 2.11), which reaches q_proj's weights even though no loss
+        # reads the row. Let the row see every key instead, then zero its output: the same
+        # forward, and a gradient of exactly 0 through the zeroed row.
+        empty = ~mask.any(dim=-1, keepdim=True)
+        mask = mask | empty
+    out = F.scaled_dot_product_attention(
         q,
         k,
         v,
@@ -54,6 +63,7 @@ def sdpa(q, k, v, mask=None, scaling=None) -> torch.Tensor:
         scale=scaling,
         enable_gqa=grouped,
     )
+    return out if empty is None else out.masked_fill(empty, 0)
 
 
 def additive_mask(mask, q_len: int, k_len: int, dtype, device, fill=None) -> torch.Tensor:
