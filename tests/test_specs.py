@@ -209,10 +209,18 @@ def test_attention_kernels_enter_the_model_jobs_specs_only_when_fused(specs):
     assert [job(reference) for job in jobs] == [job(specs) for job in jobs]
     fused = Specs({**specs.cfg, "attention_kernels": "fused"}, specs.grid)
     assert [job(fused).get("attention_kernels") for job in jobs] == ["fused"] * 3 + [None]
+    all_reference = Specs({**specs.cfg, "attention_kernels": {"lkg": "reference"}}, specs.grid)
+    assert [job(all_reference) for job in jobs] == [job(specs) for job in jobs]
+    some = {"rectify": "fused", "lkg": "fused"}
+    some_fused = Specs({**specs.cfg, "attention_kernels": some}, specs.grid)
+    assert [job(some_fused).get("attention_kernels") for job in jobs] == [some] * 3 + [None]
 
 
 def test_attention_kernels_outside_reference_and_fused_fail_validation():
     raw = copy.deepcopy(RAW)
     raw["presets"]["smoke"]["attention_kernels"] = "triton"
+    with pytest.raises(ConfigError, match="attention_kernels"):
+        validate_schema(raw)
+    raw["presets"]["smoke"]["attention_kernels"] = {"mudaf": "fused"}  # no fused path
     with pytest.raises(ConfigError, match="attention_kernels"):
         validate_schema(raw)

@@ -7,6 +7,7 @@ when, and only when, one of them changes. ``Specs(cfg)`` builds them from the ef
 
 from __future__ import annotations
 
+from zoomattn.attention import kernels
 from zoomattn.config import code_hash
 from zoomattn.config_checks import is_synthetic
 from zoomattn.grid import Grid
@@ -37,8 +38,8 @@ class Specs:
     def _kernels(self) -> dict:
         """The preset's ``attention_kernels`` where it is not the default (``reference``): a spec
         names it only then, so the specs of presets that leave it are what they were before it."""
-        setting = self.cfg.get("attention_kernels", "reference")
-        return {} if setting == "reference" else {"attention_kernels": setting}
+        setting = self.cfg.get("attention_kernels", kernels.REFERENCE)
+        return {} if kernels.is_reference(setting) else {"attention_kernels": setting}
 
     def _model_job(self, stage: str, model: str | None = None) -> dict:
         """What every evaluation-kind job of a model shares (a base: no method code), and the hash

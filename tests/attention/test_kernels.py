@@ -44,3 +44,25 @@ def test_using_restores_the_setting_and_what_ran_before():
 def test_an_unknown_setting_is_refused_with_the_key_named():
     with pytest.raises(ValueError, match="attention_kernels"):
         kernels.configure("triton")
+
+
+def test_a_mapping_turns_on_the_fused_path_of_the_methods_it_names_only():
+    kernels.configure({"rectify": "fused", "lkg": "fused"})
+    assert kernels.choose("rectify", CUDA) == kernels.FUSED
+    assert kernels.choose("lkg", CUDA) == kernels.FUSED
+    assert kernels.choose("opamp", CUDA) == kernels.REFERENCE
+    assert kernels.choose("rectify", CPU) == kernels.REFERENCE
+
+
+def test_a_mapping_of_reference_paths_is_the_default():
+    assert kernels.is_reference("reference") and kernels.is_reference({"opamp": "reference"})
+    assert not kernels.is_reference({"lkg": "fused"}) and not kernels.is_reference("fused")
+
+
+@pytest.mark.parametrize(
+    ("setting", "key"),
+    [({"mudaf": "fused"}, "attention_kernels.mudaf"), ({"lkg": "flex"}, "attention_kernels.lkg")],
+)
+def test_a_mapping_with_an_unknown_method_or_path_is_refused_naming_it(setting, key):
+    with pytest.raises(ValueError, match=key):
+        kernels.configure(setting)

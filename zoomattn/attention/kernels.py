@@ -3,9 +3,10 @@
 Every method that changes attention (OpAmp, rectification, LKG-RALM's fusion) has a reference
 path in torch, the one the CPU always runs and the one the tests hold every kernel to, and a fused
 path written for CUDA (a single stacked SDPA call, a Triton kernel, FlexAttention). The config's
-``attention_kernels`` (``reference`` or ``fused``) picks between them for a whole job; the choice
-is made here, per call, from that setting and the tensors' device, so each method's kernel file
-asks ``choose`` at its one dispatch point and nowhere else.
+``attention_kernels`` picks between them for a whole job: ``reference`` or ``fused`` for every
+method, or a mapping of methods to either (``{rectify: fused, lkg: fused}``; a method it leaves
+out runs its reference). The choice is made here, per call, from that setting and the tensors'
+device, so each method's kernel file asks ``choose`` at its one dispatch point and nowhere else.
 
 ``fused`` takes effect on CUDA only: on any other device the reference path runs (the fused
 kernels run on the CPU only through Triton's interpreter, for the tests, which call them
@@ -17,31 +18,56 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch-free at import: the workflow's specs read the setting
+    import torch
 
 SETTINGS = ("reference", "fused")
 REFERENCE, FUSED = SETTINGS
+METHODS = ("opamp", "rectify", "lkg")  # the methods with a fused path
 
-_setting = REFERENCE
+_setting: str | dict = REFERENCE
+_per_method: dict[str, str] = dict.fromkeys(METHODS, REFERENCE)
 _ran: dict[str, set[str]] = {}
 
 
-def configure(setting: str) -> None:
+def per_method(setting: str | dict) -> dict[str, str]:
+    """``attention_kernels`` as one path per method (every method in ``METHODS``); an unknown
+    method or path is refused naming the key."""
+    if isinstance(setting, str):
+        setting = dict.fromkeys(METHODS, setting)
+    elif not isinstance(setting, dict):
+        raise ValueError(f"attention_kernels: reference, fused or a mapping, got {setting!r}")
+    for method, path in setting.items():
+        if method not in METHODS:
+            raise ValueError(f"attention_kernels.{method}: no fused path (known: {METHODS})")
+        if path not in SETTINGS:
+            raise ValueError(
+                f"attention_kernels.{method}: one of {', '.join(SETTINGS)}, got {path!r}"
+            )
+    return {m: setting.get(m, REFERENCE) for m in METHODS}
+
+
+def is_reference(setting: str | dict) -> bool:
+    """True when the setting runs every method's reference path (the default)."""
+    return set(per_method(setting).values()) == {REFERENCE}
+
+
+def configure(setting: str | dict) -> None:
     """Set the job's ``attention_kernels`` and forget which paths ran before."""
-    global _setting
-    if setting not in SETTINGS:
-        raise ValueError(f"attention_kernels: one of {', '.join(SETTINGS)}, got {setting!r}")
+    global _setting, _per_method
+    _per_method = per_method(setting)
     _setting = setting
     _ran.clear()
 
 
-def setting() -> str:
+def setting() -> str | dict:
     return _setting
 
 
 @contextlib.contextmanager
-def using(setting: str) -> Iterator[None]:
+def using(setting: str | dict) -> Iterator[None]:
     """Run a block under another setting (benchmarks, tests); restores the previous one."""
     previous, ran = _setting, {m: set(p) for m, p in _ran.items()}
     configure(setting)
@@ -54,7 +80,8 @@ def using(setting: str) -> Iterator[None]:
 
 def choose(method: str, device: torch.device) -> str:
     """The path ``method``'s attention takes for tensors on ``device``: fused only on CUDA."""
-    path = FUSED if _setting == FUSED and device.type == "cuda" else REFERENCE
+    fused = _per_method.get(method, REFERENCE) == FUSED
+    path = FUSED if fused and device.type == "cuda" else REFERENCE
     _ran.setdefault(method, set()).add(path)
     return path
 
