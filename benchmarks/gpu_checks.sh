@@ -39,12 +39,13 @@ step() { # name, limit in seconds, command...
 } >"$out/summary.txt" 2>&1
 cat "$out/summary.txt"
 
-lane() { $py -m pytest -q -p no:cacheprovider -rfE --durations=5 "$@"; }
-step lane_opamp_fused 45 lane tests/gpu/test_opamp_fused_on_cuda.py
-step lane_rectify_triton 100 lane tests/gpu/test_rectify_triton_on_cuda.py
-step lane_lkg_flex 130 lane tests/gpu/test_lkg_flex_on_cuda.py
+lane=("$py" -m pytest -q -p no:cacheprovider -rfE --durations=5) # timeout runs commands, not functions
+step lane_attention 60 "${lane[@]}" tests/gpu/test_attention_on_cuda.py
+step lane_opamp_fused 45 "${lane[@]}" tests/gpu/test_opamp_fused_on_cuda.py
+step lane_rectify_triton 100 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py
+step lane_lkg_flex 130 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py
 step attention 170 $py benchmarks/gpu_paper.py --attention-only --repeats 3 \
   --lengths 2048 4096 8192 32768 --out "$out"
 step overhead 80 $py benchmarks/distributed_overhead.py --layers 2 --steps 6 --out "$out"
-step lane_distributed 120 lane -s tests/gpu/test_distributed_on_cuda.py
+step lane_distributed 120 "${lane[@]}" -s tests/gpu/test_distributed_on_cuda.py
 grep -E "passed|failed|error" "$log" | tail -20
