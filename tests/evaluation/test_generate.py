@@ -1,11 +1,14 @@
 """Evaluation's generation passes (zoomattn/evaluation/generate.py) on the small random Llama:
 greedy decoding as before issue 21, sampled decoding once per seed, the published rule's block."""
 
+import random
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 from zoomattn.data import tasks
+from zoomattn.data.world import FactSampler
 from zoomattn.evaluation import metrics
 from zoomattn.evaluation.generate import evaluate_records
 from zoomattn.evaluation.official import RULES
@@ -21,19 +24,31 @@ def model(base_dir):
     return AutoModelForCausalLM.from_pretrained(base_dir).eval()
 
 
-@pytest.fixture
-def records(sampler):
+@pytest.fixture(scope="module")
+def records(world):
+    sampler = FactSampler(world, random.Random(0))
     recs = [tasks.distractor_qa(sampler, "single", 2) for _ in range(5)]
     for i, rec in enumerate(recs):
         rec["id"], rec["subset"] = f"r{i}", "even" if i % 2 == 0 else "odd"
     return recs
 
 
-@pytest.fixture
-def hashed(monkeypatch):
+@pytest.fixture(scope="module")
+def hashed():
     """A metric that changes with the prediction's text, so averages over seeds mean something."""
-    monkeypatch.setitem(metrics.METRICS, "hashed", lambda pred, rec: sum(map(ord, pred)) % 97)
-    return "hashed"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(metrics.METRICS, "hashed", lambda pred, rec: sum(map(ord, pred)) % 97)
+        yield "hashed"
+
+
+@pytest.fixture(scope="module")
+def sampled(model, tokenizer, records, hashed):
+    """(summary, rows) of one sampled evaluation (SAMPLED's three seeds, OpAmp's published rule),
+    made once from a seeded RNG and read by several tests."""
+    torch.manual_seed(123)
+    return evaluate_records(
+        model, tokenizer, records, hashed, 2, 6, decoding=SAMPLED, published_rule="opamp_pm"
+    )
 
 
 @torch.no_grad()
@@ -82,20 +97,20 @@ def test_a_greedy_decoding_block_with_one_seed_and_its_own_length_is_one_greedy_
 
 
 def test_sampled_decoding_is_reproducible_whatever_the_rng_state_before(
-    model, tokenizer, records, hashed
+    model, tokenizer, records, hashed, sampled
 ):
-    torch.manual_seed(123)
-    first = evaluate_records(model, tokenizer, records, hashed, 2, 6, decoding=SAMPLED)
-    torch.manual_seed(456)
+    torch.manual_seed(456)  # the first evaluation (sampled) ran after torch.manual_seed(123)
     torch.rand(7)
-    again = evaluate_records(model, tokenizer, records, hashed, 2, 6, decoding=SAMPLED)
-    assert first == again
+    again = evaluate_records(
+        model, tokenizer, records, hashed, 2, 6, decoding=SAMPLED, published_rule="opamp_pm"
+    )
+    assert sampled == again
 
 
 def test_each_seed_is_its_own_pass_and_different_seeds_sample_differently(
-    model, tokenizer, records
+    model, tokenizer, records, sampled
 ):
-    _, rows = evaluate_records(model, tokenizer, records, "em", 2, 6, decoding=SAMPLED)
+    _, rows = sampled
     for k, seed in enumerate(SAMPLED["seeds"]):
         alone = {**SAMPLED, "seeds": [seed]}
         _, single = evaluate_records(model, tokenizer, records, "em", 2, 6, decoding=alone)
@@ -105,10 +120,8 @@ def test_each_seed_is_its_own_pass_and_different_seeds_sample_differently(
     assert passes[0] != tuple(_plain_greedy(model, tokenizer, records, 2, 6))
 
 
-def test_sampled_rows_average_each_score_over_the_seeds(model, tokenizer, records, hashed):
-    res, rows = evaluate_records(
-        model, tokenizer, records, hashed, 2, 6, decoding=SAMPLED, published_rule="opamp_pm"
-    )
+def test_sampled_rows_average_each_score_over_the_seeds(records, hashed, sampled):
+    res, rows = sampled
     score, rule = metrics.METRICS[hashed], RULES["opamp_pm"].score
     for row, rec in zip(rows, records, strict=True):
         assert len(row["predictions"]) == 3 and row["prediction"] == row["predictions"][0]

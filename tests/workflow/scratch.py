@@ -16,6 +16,7 @@ from pathlib import Path
 from zoomattn.config import ROOT
 
 SMOKE = ["--config", "preset=smoke"]
+TORN_MODEL = "qlora_s0"  # the model tear_model breaks: OpAmp's, read by every report but one
 
 
 def copy_workflow(dest: Path) -> Path:
@@ -77,6 +78,16 @@ ANALYSES = [
     "report[lkg]",
     "report[leaderboard]",  # the cross-method report reads every evaluation and head analysis
 ]
+
+
+def tear_model(workdir: Path, model: str) -> None:
+    """What a forced rerun of ``model``'s fine-tune killed with kill -9 leaves: the model gone
+    (Snakemake removed it when the job started) and a torn ``<model>.partial`` beside it."""
+    models = workdir / "results/smoke/models"
+    shutil.rmtree(models / model)
+    partial = models / f"{model}.partial"
+    partial.mkdir()
+    (partial / "model.safetensors").write_text("torn")
 
 
 def planned_jobs(workdir: Path, *args: str) -> list[tuple[str, dict]]:

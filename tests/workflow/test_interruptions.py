@@ -12,11 +12,11 @@ import shutil
 
 import pytest
 
-from tests.workflow.scratch import SMOKE, planned_jobs, snakemake
+from tests.workflow.scratch import TORN_MODEL, planned_jobs
 
 pytestmark = pytest.mark.slow
 
-MODEL = "qlora_s0"  # an OpAmp-part model: read by every report but the rectification's
+MODEL = TORN_MODEL  # an OpAmp-part model: read by every report but the rectification's
 # the jobs that read a model (besides reports): its evaluations and analyses
 READERS = {"evaluate", "attention", "retrieval_heads", "head_masking", "head_patterns"}
 
@@ -27,21 +27,18 @@ def wd(workdir, tmp_path):
     return shutil.copytree(workdir, tmp_path / "wd", symlinks=True)
 
 
-def test_a_model_an_interrupted_run_removed_is_rebuilt_with_everything_that_reads_it(wd):
-    models = wd / "results/smoke/models"
-    shutil.rmtree(models / MODEL)
-    partial = models / f"{MODEL}.partial"
-    partial.mkdir()
-    (partial / "model.safetensors").write_text("torn")
-
-    jobs = planned_jobs(wd)
+def test_a_model_an_interrupted_run_removed_is_rebuilt_with_everything_that_reads_it(
+    rebuilt_after_interruption,
+):
+    wd, jobs = rebuilt_after_interruption  # the model torn as the module docstring says
     assert ("finetune", {"trained": MODEL}) in jobs
     assert {r for r, w in jobs if w.get("model") == MODEL} == READERS
     reports = {f"report[{s}]" for s in ("opamp", "mudaf", "lkg", "leaderboard")}
     assert reports <= {r for r, _ in jobs}
 
-    snakemake(wd, "-j", "2", *SMOKE)
-    assert (models / MODEL / "metrics.json").is_file() and not partial.exists()
+    models = wd / "results/smoke/models"
+    assert (models / MODEL / "metrics.json").is_file()
+    assert not (models / f"{MODEL}.partial").exists()
     assert planned_jobs(wd) == []
 
 

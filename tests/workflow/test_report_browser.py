@@ -17,8 +17,6 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.wait import WebDriverWait
 
-from tests.workflow.scratch import SMOKE, snakemake
-
 CHROMIUM_FLAGS = [  # Chromium as root in a container, offline, nothing kept between runs
     "--headless",
     "--no-sandbox",
@@ -35,13 +33,6 @@ WAIT_S = 20
 
 def _executable(*names: str) -> str | None:
     return next((path for name in names if (path := shutil.which(name))), None)
-
-
-@pytest.fixture(scope="module")
-def report_page(workdir, tmp_path_factory) -> Path:
-    html = tmp_path_factory.mktemp("report") / "report.html"
-    snakemake(workdir, "--report", str(html), *SMOKE)
-    return html
 
 
 @pytest.fixture(scope="module")
@@ -152,15 +143,15 @@ def _visit_results(page: ReportPage, where: str, tables: dict) -> int:
     return len(rows)
 
 
-def test_every_category_and_result_of_the_report_opens_without_errors(browser, report_page):
-    page = ReportPage(browser, report_page)
+def test_every_category_and_result_of_the_report_opens_without_errors(browser, report_html):
+    page = ReportPage(browser, report_html)
     categories = _categories(page)
     assert {"leaderboard", "opamp", "rectification", "mudaf", "lkg"} <= set(categories)
     tables: dict[str, dict] = {}
     seen, errors = 0, []
     for category in categories:
         for subcategory in _subcategories(page, category):
-            page = ReportPage(browser, report_page)  # from the landing page each time
+            page = ReportPage(browser, report_html)  # from the landing page each time
             page.click_menu(category)
             if len(_subcategories(page, category)) > 1:  # a single one opens with its category
                 page.click_menu(subcategory)
@@ -183,9 +174,9 @@ def _side_panel_naming(name: str):
     return condition
 
 
-def test_every_result_info_panel_shows_its_caption_without_errors(browser, report_page):
+def test_every_result_info_panel_shows_its_caption_without_errors(browser, report_html):
     """Every result's info panel (what its (i) button opens), caption included."""
-    page = ReportPage(browser, report_page)
+    page = ReportPage(browser, report_html)
     paths = browser.execute_script("return Object.keys(results)")
     for path in paths:
         browser.execute_script("app.showResultInfo(arguments[0])", path)
@@ -197,8 +188,8 @@ def test_every_result_info_panel_shows_its_caption_without_errors(browser, repor
     assert page.errors == []
 
 
-def test_landing_page_lists_each_rule_once_and_each_opens_its_panel(browser, report_page):
-    page = ReportPage(browser, report_page)
+def test_landing_page_lists_each_rule_once_and_each_opens_its_panel(browser, report_html):
+    page = ReportPage(browser, report_html)
     links = page.driver.find_elements(By.CSS_SELECTOR, "table.zoomattn-rules a")
     rules = [a.text for a in links]
     assert len(rules) == len(set(rules)), rules

@@ -25,6 +25,22 @@ def _job_env(workdir) -> dict:
     return env
 
 
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory):
+    """An MLflow sqlite store with its tables and no experiment, made once: each job's store starts
+    as a copy (the tables' migrations would otherwise take seconds in every job)."""
+    import mlflow
+
+    store = tmp_path_factory.mktemp("empty_store") / "mlflow.db"
+    mlflow.MlflowClient(f"sqlite:///{store}").search_experiments()
+    return store
+
+
+def _new_store(empty_store, path) -> None:
+    path.mkdir()
+    shutil.copy(empty_store, path / "mlflow.db")
+
+
 def _finetune_spec(workdir, **finetune) -> dict:
     """The smoke grid's QLoRA cell, long enough (60 steps, a checkpoint every 10) to be killed."""
     preset = yaml.safe_load((workdir / "config.yaml").read_text())["presets"]["smoke"]
@@ -89,14 +105,27 @@ def _finetune_runs(store) -> tuple:
     return client, client.search_runs([exp.experiment_id], "attributes.run_name = 'finetune:qlora'")
 
 
-def test_a_killed_finetune_job_resumes_from_its_checkpoint_to_the_same_weights(workdir, tmp_path):
+def test_a_killed_finetune_job_resumes_from_its_checkpoint_to_the_same_weights(
+    workdir, tmp_path, empty_store
+):
     spec = _finetune_spec(workdir)
     env = _job_env(workdir)
-    command = lambda name: _finetune_command(workdir, tmp_path, spec, name)  # noqa: E731
-    subprocess.run(command("reference"), env=env, check=True, capture_output=True, timeout=600)
+    command = lambda name, store="mlflow": _finetune_command(  # noqa: E731
+        workdir, tmp_path, spec, name, store
+    )
+    _new_store(empty_store, tmp_path / "mlflow")
+    _new_store(empty_store, tmp_path / "mlflow_reference")
+    # the reference in its own store, beside the job that is killed (the two at once)
+    reference = subprocess.Popen(
+        command("reference", "mlflow_reference"),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     state = tmp_path / "ckpt_killed/state.pt"
     _kill_after_its_first_checkpoint(command("killed"), env, state)
     assert not (tmp_path / "killed").exists()
+    assert reference.wait(timeout=600) == 0
     rerun = subprocess.run(command("killed"), env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr
     resumed_from = re.search(r"resumed qlora from step ([1-9]\d*)", rerun.stderr)
@@ -104,21 +133,26 @@ def test_a_killed_finetune_job_resumes_from_its_checkpoint_to_the_same_weights(w
     _same_model_files(tmp_path / "killed", tmp_path / "reference")
     assert not state.exists()  # a finished job leaves no checkpoint behind
     # the resumed MLflow run says so, and holds the loss history from the first logged step
-    client, runs = _finetune_runs(tmp_path / "mlflow")
-    finished = {
-        r.data.tags["zoomattn.resumed_from_step"]: r for r in runs if r.info.status == "FINISHED"
-    }
-    assert set(finished) == {"0", resumed_from.group(1)}
-    history = {
-        tag: [(m.step, m.value) for m in client.get_metric_history(r.info.run_id, "train_loss")]
-        for tag, r in finished.items()
-    }
+    history = {}
+    for store, tags in (("mlflow_reference", {"0"}), ("mlflow", {resumed_from.group(1)})):
+        client, runs = _finetune_runs(tmp_path / store)
+        finished = {
+            r.data.tags["zoomattn.resumed_from_step"]: r
+            for r in runs
+            if r.info.status == "FINISHED"
+        }
+        assert set(finished) == tags, store  # the killed run: not among the finished ones
+        for tag, r in finished.items():
+            metric = client.get_metric_history(r.info.run_id, "train_loss")
+            history[tag] = [(m.step, m.value) for m in metric]
     log_every = spec["finetune"]["log_every"]
     assert [s for s, _ in sorted(history["0"])] == list(range(log_every, 61, log_every))
     assert sorted(history[resumed_from.group(1)]) == sorted(history["0"])
 
 
-def test_a_killed_finetune_rerun_with_another_lr_or_code_discards_its_checkpoint(workdir, tmp_path):
+def test_a_killed_finetune_rerun_with_another_lr_or_code_discards_its_checkpoint(
+    workdir, tmp_path, empty_store
+):
     """A checkpoint of lr 1e-3 is continued neither at lr 5e-3 nor after a code edit (another
     spec["code"], the hash Snakemake computes after a source edit): each rerun trains from step
     0, to the bytes of a clean run of its own spec, and its log says the checkpoint was dropped."""
@@ -127,14 +161,16 @@ def test_a_killed_finetune_rerun_with_another_lr_or_code_discards_its_checkpoint
     env = _job_env(workdir)
 
     def start(spec, name):  # each job its own MLflow store: the two run at once
+        _new_store(empty_store, tmp_path / f"mlflow_{name}")
         command = _finetune_command(workdir, tmp_path, spec, name, f"mlflow_{name}")
         with (tmp_path / f"{name}.log").open("w") as log:
             return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
 
     clean = [start(spec, f"clean_{what}") for what, spec in changed.items()]
     state = tmp_path / "ckpt_rerun_lr/state.pt"
+    _new_store(empty_store, tmp_path / "mlflow_killed")
     _kill_after_its_first_checkpoint(
-        _finetune_command(workdir, tmp_path, old, "rerun_lr"), env, state
+        _finetune_command(workdir, tmp_path, old, "rerun_lr", "mlflow_killed"), env, state
     )
     shutil.copytree(state.parent, tmp_path / "ckpt_rerun_code")
     assert [job.wait(timeout=600) for job in clean] == [0, 0]

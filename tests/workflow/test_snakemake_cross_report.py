@@ -13,10 +13,8 @@ import pytest
 import yaml
 
 from tests.workflow.scratch import (
-    SMOKE,
     mlflow_runs,
     planned_jobs,
-    snakemake,
 )
 
 pytestmark = pytest.mark.slow
@@ -104,10 +102,10 @@ def _env(workdir: Path) -> dict:
     return {**os.environ, "PYTHONPATH": str(workdir), "OMP_NUM_THREADS": "1"}
 
 
-def test_snakemake_report_holds_every_reports_figures_and_tables_with_captions(workdir, tmp_path):
-    html = tmp_path / "report.html"
-    snakemake(workdir, "--report", str(html), *SMOKE)
-    text = html.read_text()
+def test_snakemake_report_holds_every_reports_figures_and_tables_with_captions(
+    workdir, report_html
+):
+    text = report_html.read_text()
     for name in (
         "leaderboard.png",
         "claims.html",
