@@ -133,7 +133,7 @@ def test_a_left_padded_row_gives_zero_and_no_nan_gradient_in_bf16():
     q, k, v = _inputs(torch.bfloat16)
     n = q.shape[2]
     mask = torch.ones(2, 1, n, n, dtype=torch.bool, device=DEVICE).tril()
-    mask[1, :, :, : n // 2] = False  # the second row left-padded by half: its first half sees nothing
+    mask[1, :, :, : n // 2] = False  # the second row left-padded by half
     up = torch.randn_like(q)
     up[1, :, : n // 2] = 0  # nothing reads a padded row
     out = sdpa(q, k, v, mask)

@@ -7,10 +7,11 @@ import re
 import subprocess
 from types import SimpleNamespace
 
-from zoomattn.cluster import JobKind
+from zoomattn.cluster import JobKind, launch_message
 from zoomattn.config_checks import is_synthetic
 from zoomattn.grid import Grid
 from zoomattn.layout import Layout
+from zoomattn.placement import processes
 from zoomattn.specs import Specs
 from zoomattn.splits import PATTERN as SPLIT_PATTERN
 
@@ -32,9 +33,18 @@ MASKING = GRID.analysis("head_masking")  # MuDAF
 SELECTION = GRID.analysis("selected_heads")  # MuDAF
 PATTERNS = GRID.analysis("head_patterns")  # LKG-RALM
 # threads, resources and retries of each kind of job (config resources, zoomattn/cluster.py)
-DATA_JOB, PRETRAIN_JOB, FINETUNE_JOB, EVALUATE_JOB = (
-    JobKind.of(CFG, kind) for kind in ("data", "pretrain", "finetune", "evaluate")
+DATA_JOB, PRETRAIN_JOB, EVALUATE_JOB = (
+    JobKind.of(CFG, kind) for kind in ("data", "pretrain", "evaluate")
 )
+
+
+def finetune_processes(wildcards):
+    """The processes a fine-tune runs (its spec's finetune.processes, per study)."""
+    return processes(SPECS.finetune(wildcards.trained))
+
+
+# a fine-tune of N processes asks for N times one process's resources (zoomattn/cluster.py)
+FINETUNES = JobKind.per_job(CFG, "finetune", finetune_processes)
 
 
 def zoomattn_cli(*args, stdin=None):

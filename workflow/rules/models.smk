@@ -42,19 +42,6 @@ else:
             " > {log} 2>&1"
 
 
-from zoomattn.cluster import JobKind, launch_message
-from zoomattn.placement import processes
-
-
-def finetune_processes(wildcards):
-    """The processes a fine-tune runs (its spec's finetune.processes, per study)."""
-    return processes(SPECS.finetune(wildcards.trained))
-
-
-# a fine-tune of N processes asks for N times one process's resources (zoomattn/cluster.py)
-FINETUNES = JobKind.per_job(CFG, "finetune", finetune_processes)
-
-
 rule finetune:
     input:
         unpack(finetune_input),
