@@ -142,9 +142,10 @@ def run_two_processes(
     worker="tests.training.test_distributed",
     extra=None,
     processes=2,
-) -> None:
+    succeed=True,
+) -> subprocess.CompletedProcess:
     """``python -m WORKER ARGS.json`` in ``processes`` processes under torchrun (ARGS: the
-    cell, the directories and ``extra``)."""
+    cell, the directories and ``extra``); ``succeed``: assert that the launch succeeded."""
     out.mkdir(parents=True)
     args = out / "args.json"
     paths = {"out": str(out), "train_dir": str(train_dir), "base_dir": str(base_dir)}
@@ -159,7 +160,8 @@ def run_two_processes(
     ]
     command += ["-m", worker, str(args)]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0 or not succeed, done.stderr[-3000:]
+    return done
 
 
 @pytest.mark.parametrize("method", ["qlora", "opamp"])

@@ -9,7 +9,9 @@ interruptions are, and the resumed run builds the model, optimiser and streams a
 
 import copy
 import json
+import os
 import random
+import signal
 import sys
 from pathlib import Path
 
@@ -120,10 +122,37 @@ class Killed(Exception):
     pass
 
 
+def killed_or_resumed(args: dict, world: World) -> None:
+    """One launch of the OpAmp dropout run on its checkpoint folder: ``kill`` SIGKILLs the
+    process that writes the checkpoints once its step-2 state is on disk (torchrun then ends the
+    other); ``resume`` trains from what is there and records the step it started from."""
+    out, cell = Path(args["out"]), _dropout_cell()
+    if args["mode"] == "kill":
+        save = checkpoint.Checkpointer.save
+
+        def save_then_die(self, step, *a, **kw):
+            save(self, step, *a, **kw)
+            if step == 2 and world.is_main:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        checkpoint.Checkpointer.save = save_then_die
+    starts = []
+    finetune(
+        cell, METHODS["opamp"].make_config(cell["method_config"]), Path(args["train_dir"]),
+        Path(args["base_dir"]), out / "model", Path(args["ckpt"]), 2, on_start=starts.append,
+    )  # fmt: skip
+    if world.is_main:
+        (out / "starts.json").write_text(json.dumps(starts))
+
+
 def worker(args_file: str) -> None:
     args = json.loads(Path(args_file).read_text())
     out, train_dir, base_dir = Path(args["out"]), Path(args["train_dir"]), Path(args["base_dir"])
     world = distributed.join("cpu")
+    if "mode" in args:
+        killed_or_resumed(args, world)
+        distributed.leave(world)
+        return
     grads = first_gradient(_cell(2), train_dir, base_dir, world)
     report = {}
 
@@ -228,6 +257,27 @@ def test_a_two_process_run_stopped_after_a_checkpoint_resumes_to_the_run_never_s
     assert len(state["ranks_rng"]) == 2
     if run == "dropout":  # the processes draw different masks
         assert not torch.equal(state["ranks_rng"][0]["torch"], state["ranks_rng"][1]["torch"])
+
+
+def test_a_two_process_run_killed_after_a_checkpoint_resumes_in_a_new_launch(
+    runs, train_dir, base_dir
+):
+    """SIGKILL of the process that wrote the step-2 checkpoint ends the launch (torchrun stops
+    the other); a new torchrun launch resumes from that checkpoint, each process with its own
+    dropout stream, to the weights of the run never stopped, bit for bit."""
+    ckpt, worker = runs.parent / "ckpt_killed", "tests.training.test_sharding"
+    killed = run_two_processes(
+        None, train_dir, base_dir, runs.parent / "killed", worker,
+        {"mode": "kill", "ckpt": str(ckpt)}, succeed=False,
+    )  # fmt: skip
+    assert killed.returncode != 0 and not (runs.parent / "killed" / "model").exists()
+    resumed = runs.parent / "resumed"
+    run_two_processes(
+        None, train_dir, base_dir, resumed, worker, {"mode": "resume", "ckpt": str(ckpt)}
+    )
+    assert json.loads((resumed / "starts.json").read_text()) == [2]
+    files = ["adapter_model.safetensors", "zoom_modules.safetensors"]
+    _same_files(runs / "dropout", resumed / "model", files)
 
 
 # --- pieces that need no processes ---------------------------------------------------------

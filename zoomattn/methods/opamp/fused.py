@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from zoomattn.attention.math import sdpa
+from zoomattn.methods.opamp.modes import combine_modes
 
 
 def stacked_two_branch(q, k, v, adapters, gains, mask=None, scaling=None, block=1024):
@@ -127,8 +128,6 @@ class _Join(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, stacked, common, differential):
-        from zoomattn.methods.opamp.kernel import combine_modes  # (kernel imports this module)
-
         o0, o1 = stacked.chunk(2, dim=1)
         return combine_modes(o0, o1, common, differential)
 

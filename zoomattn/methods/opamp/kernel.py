@@ -46,6 +46,7 @@ import torch
 from zoomattn.attention import kernels
 from zoomattn.attention.math import additive_mask, causal_flag, sdpa
 from zoomattn.methods.opamp.fused import stacked_two_branch
+from zoomattn.methods.opamp.modes import combine_modes
 
 QUERY_BLOCK = 1024
 PATHS = ("plain", "lean", "recompute", "stacked")
@@ -93,11 +94,6 @@ def two_branch_attention(
 def _branch(adapt_q, adapt_k, i, q, k, v, mask, scaling, block):
     qi, _ = _adapted_queries(adapt_q, i, q, block)
     return sdpa(qi, adapt_k(i, k), v, mask, scaling)
-
-
-def combine_modes(a, b, common: float, differential: float) -> torch.Tensor:
-    """common·(a + b) + differential·(a − b): exactly ``a`` when a = b and common = 1/2."""
-    return (a + b).mul_(common).add_(a - b, alpha=differential)
 
 
 class _TwoBranchAttention(torch.autograd.Function):

@@ -25,7 +25,8 @@ from torch import nn
 from zoomattn.attention.interface import attention_modules
 from zoomattn.attention.math import attention_probs, last_row_probs, repeat_kv
 from zoomattn.methods.opamp.config import OpAmpConfig
-from zoomattn.methods.opamp.kernel import combine_modes, two_branch_attention
+from zoomattn.methods.opamp.kernel import two_branch_attention
+from zoomattn.methods.opamp.modes import combine_modes
 
 
 class BottleneckAdapter(nn.Module):

@@ -42,7 +42,6 @@ import triton
 import triton.language as tl
 
 from zoomattn.attention.math import causal_flag
-from zoomattn.methods.rectify.kernel import Rectifier
 from zoomattn.methods.rectify.triton_tiles import (
     G_KINDS,
     cast,
@@ -331,9 +330,10 @@ class _FusedRectified(torch.autograd.Function):
 
 
 def fused_rectified_attention(
-    q, u, k, v, g: Rectifier, mask=None, scaling=None, causal: bool | None = None, tiles=None
+    q, u, k, v, g, mask=None, scaling=None, causal: bool | None = None, tiles=None
 ) -> torch.Tensor:
-    """softmax(q·kᵀ·s + g(u·kᵀ·s) + mask)·v by the fused kernel; shapes as ``kernel.py``.
+    """softmax(q·kᵀ·s + g(u·kᵀ·s) + mask)·v by the fused kernel, g a ``kernel.Rectifier``; shapes as
+    ``kernel.py``.
     ``causal`` None follows ``rectified_attention`` (no mask: causal prefill, or one decoding step
     over every key); True makes L < S queries causal with the offset S − L (chunked prefill over
     a cache). ``tiles`` overrides ``_tiles`` (benchmarks, tests)."""
