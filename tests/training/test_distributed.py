@@ -151,14 +151,7 @@ def run_two_processes(
     paths = {"out": str(out), "train_dir": str(train_dir), "base_dir": str(base_dir)}
     args.write_text(json.dumps({"cell": cell, **paths, **(extra or {})}))
     env = {k: v for k, v in os.environ.items() if k not in distributed.TORCHRUN_ENV}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={processes}",
-    ]
-    command += ["-m", worker, str(args)]
+    command = distributed.torchrun_command(processes, worker, str(args))
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 or not succeed, done.stderr[-3000:]
     return done

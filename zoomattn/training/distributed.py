@@ -79,20 +79,17 @@ def leave(world: World) -> None:
         dist.destroy_process_group()
 
 
+def torchrun_command(processes: int, module: str, *args: str) -> list[str]:
+    """The command starting ``processes`` copies of ``python -m module args`` under torchrun on
+    this node (``--standalone``: its own rendezvous on a free port)."""
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+    return [sys.executable, *launcher, "-m", module, *args]
+
+
 def relaunch_under_torchrun(processes: int) -> None:
     """Replace this process by torchrun starting ``processes`` copies of this command on this
-    node (``--standalone``: its own rendezvous on a free port); returns only on failure."""
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={processes}",
-        "-m",
-        "zoomattn",
-        *sys.argv[1:],
-    ]
-    os.execv(sys.executable, command)
+    node; returns only on failure."""
+    os.execv(sys.executable, torchrun_command(processes, "zoomattn", *sys.argv[1:]))
 
 
 def seed_dropout(world: World, seed: int) -> None:

@@ -36,8 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from zoomattn.attention.math import sdpa
-from zoomattn.methods.lkg.kernel import QUESTION, _heads, _select
+from zoomattn.methods.lkg.kernel import QUESTION, by_heads
 
 BLOCK = 128  # FlexAttention's default tile
 ROWS_PER_CHUNK = 8 * BLOCK  # query rows whose element mask exists at once while the tiles are built
@@ -204,16 +203,9 @@ def flex_relevance_attention(
     log_alpha, call_mask(mask, ...))``, computed without the bias: the heads in ``heads`` through
     FlexAttention, the others ``math.sdpa(q, k, v, mask, scaling)``. Shapes as there; segments
     ``[B, L]`` / ``[B, S]``, log α ``[B, P]``. Gradients reach q, k, v and log α."""
-    n_heads = q.shape[1]
-    fused = _heads(heads, n_heads)
-    if not fused:
-        return sdpa(q, k, v, mask, scaling)
     segments = (query_segments, key_segments, log_alpha)
-    if len(fused) == n_heads:
+
+    def flex(q, k, v):
         return flex_fused_heads(q, k, v, mask, scaling, *segments, compiled=compiled)
-    others = [h for h in range(n_heads) if h not in set(fused)]
-    selected = _select(q, k, v, fused)
-    out_fused = flex_fused_heads(*selected, mask, scaling, *segments, compiled=compiled)
-    out_plain = sdpa(*_select(q, k, v, others), mask, scaling)
-    order = torch.tensor(others + fused, device=q.device).argsort()
-    return torch.cat([out_plain, out_fused], dim=1).index_select(1, order)
+
+    return by_heads(q, k, v, mask, scaling, heads, flex)

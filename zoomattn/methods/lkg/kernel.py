@@ -161,6 +161,23 @@ def _select(q, k, v, heads: list[int]):
     return q.index_select(1, idx), k.index_select(1, kv), v.index_select(1, kv)
 
 
+def by_heads(q, k, v, mask, scaling, heads: Sequence[int], attend) -> torch.Tensor:
+    """``attend(q, k, v)`` on the heads in ``heads`` and ``math.sdpa(q, k, v, mask, scaling)`` on
+    the others, in head order. With every head fused ``attend`` gets q, k, v as they are (GQA
+    left to its kernel); otherwise the selected query heads and the KV head each reads."""
+    n_heads = q.shape[1]
+    fused = _heads(heads, n_heads)
+    if not fused:
+        return sdpa(q, k, v, mask, scaling)
+    if len(fused) == n_heads:
+        return attend(q, k, v)
+    others = [h for h in range(n_heads) if h not in set(fused)]
+    out_fused = attend(*_select(q, k, v, fused))
+    out_plain = sdpa(*_select(q, k, v, others), mask, scaling)
+    order = torch.tensor(others + fused, device=q.device).argsort()
+    return torch.cat([out_plain, out_fused], dim=1).index_select(1, order)
+
+
 def relevance_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -175,24 +192,16 @@ def relevance_attention(
     others run ``math.sdpa(q, k, v, mask, scaling)`` unchanged. q ``[B, H, L, D]``, k/v
     ``[B, KV, S, D]`` (GQA not repeated). Gradients reach q, k, v and ``bias``.
     """
-    n_heads = q.shape[1]
-    fused = _heads(heads, n_heads)
-    if not fused:
-        return sdpa(q, k, v, mask, scaling)
-    # CUDA's kernels want the bias in q's dtype (memory-efficient rejects fp32, cuDNN misreads
-    # it), so in bf16 log α is rounded to 8 bits here: ~2⁻⁹·|log α| on the fused heads' scores.
-    bias = bias.to(q.dtype)
-    if len(fused) == n_heads:  # no head selection: GQA inside the kernel where it has it
+
+    def biased(q, k, v):
+        # CUDA's kernels want the bias in q's dtype (memory-efficient rejects fp32, cuDNN
+        # misreads it), so in bf16 log α is rounded to 8 bits: ~2⁻⁹·|log α| on the scores.
         k, v, grouped = gqa_for_kernel(q, k, v, bias)
         return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias, scale=scaling, enable_gqa=grouped
+            q, k, v, attn_mask=bias.to(q.dtype), scale=scaling, enable_gqa=grouped
         )
-    others = [h for h in range(n_heads) if h not in set(fused)]
-    qf, kf, vf = _select(q, k, v, fused)
-    out_fused = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=bias, scale=scaling)
-    out_plain = sdpa(*_select(q, k, v, others), mask, scaling)
-    order = torch.tensor(others + fused, device=q.device).argsort()
-    return torch.cat([out_plain, out_fused], dim=1).index_select(1, order)
+
+    return by_heads(q, k, v, mask, scaling, heads, biased)
 
 
 def relevance_last_row(
