@@ -8,6 +8,7 @@ import torch
 
 from tests.methods.rectify.test_kernel import _inputs, left_padding_mask
 from tests.methods.rectify.test_kernel_bf16 import _bf16_errors, _rel
+from tests.triton_interpreter import squeeze_interpreter_indices
 from zoomattn.attention import kernels
 from zoomattn.attention.math import sdpa
 from zoomattn.methods.rectify.kernel import (
@@ -26,24 +27,7 @@ if not triton.knobs.runtime.interpret:
     )
 
 
-def _squeeze_interpreter_indices() -> None:
-    """Triton 3.6's interpreter turns loop bounds into ints with int(array of shape (1,)), which
-    NumPy ≥ 2.4 refuses (triton-lang/triton#9171); apply the upstream fix (squeeze first)."""
-    from triton.runtime import interpreter
-
-    original = interpreter._patch_lang_tensor
-    if getattr(original, "squeezes_indices", False):
-        return
-
-    def patched(tensor, scope):
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
-
-    patched.squeezes_indices = True
-    interpreter._patch_lang_tensor = patched
-
-
-_squeeze_interpreter_indices()
+squeeze_interpreter_indices()
 from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention  # noqa: E402
 
 N = 24  # 16 + 8: two query tiles and two key tiles, the second ragged
