@@ -144,21 +144,12 @@ def _scenario(name, dtype=torch.float64):
     return _inputs(b, h, hkv, n_q, n_k, dtype=dtype), mask, block
 
 
-def _row_ok(mask, out):
-    """[B, H, L, D] boolean: query rows that can attend to at least one key (padding rows aren't
-    defined: SDPA gives 0 there, the finfo.min formula the mean of v)."""
-    if mask is None:
-        return torch.ones_like(out, dtype=torch.bool)
-    return mask.any(-1, keepdim=True).expand_as(out)
-
-
 def _value_and_grads(fn, inputs, mask):
+    """Every row, padding rows too: a row the mask leaves no key gives 0 in every path, as SDPA."""
     out = fn()
-    ok = _row_ok(mask, out)
     weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
-    loss = (out * weight).where(ok, torch.zeros((), dtype=out.dtype)).sum()
-    grads = torch.autograd.grad(loss, inputs)
-    return out.detach()[ok], grads
+    grads = torch.autograd.grad((out * weight).sum(), inputs)
+    return out.detach(), grads
 
 
 def _assert_same(fn_a, fn_b, inputs, mask, tol):
@@ -247,11 +238,13 @@ def test_zero_update_gives_plain_sdpa_for_every_variant(name, xi, scenario):
 
 
 def _hand_probs(q, u, k, g, mask):
-    """softmax(q·kᵀ·s + g(u·kᵀ·s) + mask), written out: [B, H, L, S]."""
+    """softmax(q·kᵀ·s + g(u·kᵀ·s) + mask), written out: [B, H, L, S]; 0 in a row the mask leaves
+    no key."""
     kt = repeat_kv(k, q.shape[1]).transpose(-1, -2)
     s = q.shape[-1] ** -0.5
     scores = q @ kt * s + g(u @ kt * s)
-    return (scores + additive_mask(mask, q.shape[2], k.shape[2], q.dtype, q.device)).softmax(-1)
+    probs = (scores + additive_mask(mask, q.shape[2], k.shape[2], q.dtype, q.device)).softmax(-1)
+    return probs if mask is None else probs * mask.any(-1, keepdim=True)
 
 
 @pytest.mark.parametrize("scenario", ["causal_prefill", "left_padded_mask", "mqa_8_over_1"])

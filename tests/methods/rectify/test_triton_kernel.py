@@ -8,6 +8,7 @@ import torch
 
 from tests.methods.rectify.test_kernel import _inputs, left_padding_mask
 from tests.methods.rectify.test_kernel_bf16 import _bf16_errors, _rel
+from tests.methods.rectify.test_tile_ranges import scattered_mask
 from tests.triton_interpreter import squeeze_interpreter_indices
 from zoomattn.attention import kernels
 from zoomattn.attention.math import sdpa
@@ -52,7 +53,7 @@ def _values_and_grads(fn, inputs):
 
 
 def _assert_fused_is_materialised(g, inputs, mask, causal=None, reference_mask=None):
-    """fp32 values and gradients, every row (padding rows too: both give them the mean of v)."""
+    """fp32 values and gradients, every row (padding rows too: both give them 0)."""
     fused = _values_and_grads(
         lambda *t: fused_rectified_attention(*t, g, mask, causal=causal), inputs
     )
@@ -150,3 +151,8 @@ def test_fused_rejects_float64_a_mask_of_the_wrong_shape_and_head_dim_over_128_n
     wide = [t.repeat_interleave(9, dim=-1) for t in (q, u, k, v)]  # D = 144
     with pytest.raises(ValueError, match="head dim"):
         fused_rectified_attention(*wide, g)
+
+
+def test_fused_with_a_scattered_mask_and_empty_tiles_equals_materialised():
+    inputs = _inputs(2, 2, 1, N, N, d=16, dtype=torch.float32)
+    _assert_fused_is_materialised(Rectifier("max", 3.0), inputs, scattered_mask(N, N))

@@ -32,7 +32,9 @@ every ξ > 0 uses the smooth form, which is within log 3 of the exact one.
 Shapes follow ``attention.math``: q, u ``[B, H, L, D]``; k, v ``[B, H_kv, S, D]`` (GQA: query head
 h reads KV head h // (H / H_kv)); mask None (causal prefill, or one decoding step) or boolean
 ``[B, 1, L, S]`` with True where attention is allowed. Masked scores are set to finfo.min, not
-−inf, so a fully masked (padding) row stays finite, as in ``math.attention_probs``.
+−inf, so no softmax row is NaN, and a row the mask leaves no key (a left-padded query) gives 0,
+as ``math.sdpa`` gives it on every device (and so at ξ = 0 here): no real row reads a padded
+one, so this defines what was arbitrary without changing any real row.
 
 Precision: the scores, g and the softmax are computed in fp32 for bf16 inputs (``probe_dtype``),
 as fused SDPA computes them, and the output is cast back; in bf16 a score of 30 would be off by
@@ -107,9 +109,16 @@ def _block(q, u, k, v, allowed, scale: float, g: Rectifier, causal_from=None) ->
     dtype = probe_dtype(q.dtype)
     kt = k.to(dtype).transpose(-1, -2)
     scores = (q.to(dtype) @ kt) * scale + g((u.to(dtype) @ kt) * scale)
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-    return (scores.softmax(dim=-1) @ v.to(dtype)).to(q.dtype)
+    if allowed is None:
+        return (scores.softmax(dim=-1) @ v.to(dtype)).to(q.dtype)
+    probs = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min).softmax(dim=-1)
+    return (_without_empty_rows(probs, allowed) @ v.to(dtype)).to(q.dtype)
+
+
+def _without_empty_rows(probs: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """probs with the rows the mask leaves no key set to 0 (their output 0, as ``math.sdpa``
+    gives on every device; finfo.min alone would make them uniform over the keys)."""
+    return probs.masked_fill(~allowed.any(dim=-1, keepdim=True), 0)
 
 
 def _allowed_rows(mask, causal: bool, start: int, end: int, n_q: int, n_k: int, device):
@@ -174,6 +183,8 @@ def _full_scores(q, u, k, g: Rectifier, mask, scaling) -> torch.Tensor:
 def rectified_attention_materialised(q, u, k, v, g: Rectifier, mask=None, scaling=None):
     """The formula with the whole ``[L, S]`` score matrix: reference for tests and benchmarks."""
     probs = _full_scores(q, u, k, g, mask, scaling).softmax(dim=-1)
+    if mask is not None:
+        probs = _without_empty_rows(probs, mask)
     return probs @ repeat_kv(v, q.shape[1]).to(probs.dtype)
 
 

@@ -5,10 +5,12 @@ softmax(q·kᵀ·s + g(u·kᵀ·s) + mask)·v without the ``[L, S]`` matrix, for
 fused-attention tutorial; the score and its derivatives are ours.
 
 Forward, per query tile (online softmax over key tiles of ``BLOCK_N``): both dot products
-q·kᵀ and u·kᵀ, x = s·u·kᵀ, z = s·q·kᵀ + g(x), masked as the reference (finfo.min where disallowed),
-running row max m and sum l, acc = Σ exp(z − m)·v. It keeps O and, per row, m and l: O(N) memory.
-(The log-sum-exp is m + log l; it is kept in two parts because in a fully masked row m = finfo.min
-and m + log l rounds back to m, which would make every p = 1 instead of 1/S in backward.)
+q·kᵀ and u·kᵀ, x = s·u·kᵀ, z = s·q·kᵀ + g(x), −inf where disallowed (the reference's finfo.min
+gives the same probabilities, and a row the mask leaves no key gives 0 in both), running row max
+m and sum l, acc = Σ exp(z − m)·v. It keeps O and, per row, m and l: O(N) memory. Each program
+visits only the tiles that can hold an allowed score: causal without a mask, those up to the
+diagonal; with a mask, the span ``tile_ranges`` finds in it (causal masks with left padding, the
+training batches, skip the upper triangle and the padding as plain causal prefill does).
 
 Backward. With P = softmax(z) row-wise, O = P·V and dO given:
 
@@ -18,7 +20,7 @@ Backward. With P = softmax(z) row-wise, O = P·V and dO given:
     ∂z_ij/∂q_i = s·k_j,   ∂z_ij/∂u_i = g′(x_ij)·s·k_j,   ∂z_ij/∂k_j = s·(q_i + g′(x_ij)·u_i)
     dQ = s·dZ·K,   dU = s·(dZ ∘ g′(X))·K,   dK = s·(dZᵀ·Q + (dZ ∘ g′(X))ᵀ·U)
 
-A masked score is a constant (masked_fill), so dZ is zeroed there. Two kernels recompute P from
+A masked score is a constant, so dZ is zeroed there. Two kernels recompute P from
 m and l: one per key tile (dK, dV, summed over the query heads of its GQA group and their query
 tiles: no atomics), one per query tile (dQ, dU). g′ of the smooth max/min comes in registers from
 the same two exponentials as g (``triton_tiles``).
@@ -32,7 +34,7 @@ dtype; FlashAttention rounds them to it once, which in bf16 put this kernel's gr
 1.5× plain bf16 SDPA's error (tests/methods/rectify/test_triton_kernel.py), so here each is split
 in two bf16 parts, hi + lo (``triton_tiles.dot_split``: twice those tensor-core products, while g's
 exponentials, not the dot products, are expected to bound the time). Tiles: a fixed table for
-Hopper (``_tiles``). Speed unmeasured when written (no GPU at hand).
+Hopper (``_tiles``); its speed on an H200, and the sweep that tunes the table, in docs/kernels.md.
 """
 
 from __future__ import annotations
@@ -42,11 +44,14 @@ import triton
 import triton.language as tl
 
 from zoomattn.attention.math import causal_flag
+from zoomattn.methods.rectify.tile_ranges import tile_ranges
 from zoomattn.methods.rectify.triton_tiles import (
     G_KINDS,
     cast,
     dot,
     dot_split,
+    key_range,
+    query_range,
     tile_scores,
 )
 
@@ -55,7 +60,7 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 @triton.jit
 def _forward(
-    Q, U, K, V, OUT, M, L, MASK,
+    Q, U, K, V, OUT, M, L, MASK, RANGES,
     sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, sm_b, sm_l,
     n_heads, group, n_q, n_k, head_dim, offset, scale, xi,
     G_KIND: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
@@ -76,10 +81,8 @@ def _forward(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    end = n_k
-    if CAUSAL:  # keys past the tile's last row (+ offset) are masked for all its rows
-        end = tl.minimum(n_k, (pid_m + 1) * BLOCK_M + offset)
-    for start_n in range(0, end, BLOCK_N):
+    start, end = key_range(RANGES, b, pid_m, n_k, offset, CAUSAL, HAS_MASK, BLOCK_M)
+    for start_n in range(start, end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         cols = kv + offs_n[:, None] * sk_l + offs_d[None, :] * sk_d
         cols_ok = (offs_n[:, None] < n_k) & (offs_d[None, :] < head_dim)
@@ -90,12 +93,16 @@ def _forward(
             G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST,
         )  # fmt: skip
         m_new = tl.maximum(m_i, tl.max(z, 1))
+        m_new = tl.where(m_new == float("-inf"), 0.0, m_new)  # no allowed key yet: p = 0
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(z - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + dot_split(p, v, PRECISION, UPCAST)
         m_i = m_new
-    acc = acc / l_i[:, None]
+    empty = l_i == 0.0  # a row the mask leaves no key: output 0, and p = 0 in backward
+    l_i = tl.where(empty, 1.0, l_i)
+    m_i = tl.where(empty, 0.0, m_i)
+    acc = acc * (1.0 / l_i)[:, None]
     tl.store(OUT + rows, cast(acc, OUT.dtype.element_ty, UPCAST), mask=rows_ok)
     stats = bh * n_q + offs_m
     tl.store(M + stats, m_i, mask=offs_m < n_q)
@@ -104,7 +111,7 @@ def _forward(
 
 @triton.jit
 def _backward_kv(
-    Q, U, K, V, DO, M, L, DELTA, DK, DV, MASK,
+    Q, U, K, V, DO, M, L, DELTA, DK, DV, MASK, RANGES,
     sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, so_b, so_h, so_l, so_d, sm_b, sm_l,
     n_kv, group, n_q, n_k, head_dim, offset, scale, xi,
     G_KIND: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
@@ -122,12 +129,10 @@ def _backward_kv(
     v = tl.load(V + cols, mask=cols_ok, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    first = 0
-    if CAUSAL:  # rows before pid_n·BLOCK_N − offset see none of these keys
-        first = (tl.maximum(pid_n * BLOCK_N - offset, 0) // BLOCK_M) * BLOCK_M
+    first, last = query_range(RANGES, b, pid_n, n_q, offset, CAUSAL, HAS_MASK, BLOCK_N, BLOCK_M)
     for j in range(0, group):
         h = hk * group + j
-        for start_m in range(first, n_q, BLOCK_M):
+        for start_m in range(first, last, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
             rows_ok = (offs_m[:, None] < n_q) & (offs_d[None, :] < head_dim)
             rows = b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_d[None, :] * sq_d
@@ -137,13 +142,13 @@ def _backward_kv(
             do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
             stats = (b * n_kv * group + h) * n_q + offs_m
             m = tl.load(M + stats, mask=offs_m < n_q, other=0.0)
-            l_sum = tl.load(L + stats, mask=offs_m < n_q, other=1.0)
+            inv_l = 1.0 / tl.load(L + stats, mask=offs_m < n_q, other=1.0)
             delta = tl.load(DELTA + stats, mask=offs_m < n_q, other=0.0)
             z, dg, allowed = tile_scores(
                 q, u, k, offs_m, offs_n, MASK + b * sm_b + offs_m[:, None] * sm_l,
                 n_q, n_k, offset, scale, xi, G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST,
             )  # fmt: skip
-            p = tl.exp(z - m[:, None]) / l_sum[:, None]
+            p = tl.exp(z - m[:, None]) * inv_l[:, None]
             dv += dot_split(tl.trans(p), do, PRECISION, UPCAST)
             dp = dot(do, tl.trans(v), PRECISION, UPCAST)
             dz = tl.where(allowed, p * (dp - delta[:, None]), 0.0)
@@ -155,7 +160,7 @@ def _backward_kv(
 
 @triton.jit
 def _backward_q(
-    Q, U, K, V, DO, M, L, DELTA, DQ, DU, MASK,
+    Q, U, K, V, DO, M, L, DELTA, DQ, DU, MASK, RANGES,
     sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, so_b, so_h, so_l, so_d, sm_b, sm_l,
     n_heads, group, n_q, n_k, head_dim, offset, scale, xi,
     G_KIND: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
@@ -175,16 +180,14 @@ def _backward_q(
     do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
     stats = bh * n_q + offs_m
     m = tl.load(M + stats, mask=offs_m < n_q, other=0.0)
-    l_sum = tl.load(L + stats, mask=offs_m < n_q, other=1.0)
+    inv_l = 1.0 / tl.load(L + stats, mask=offs_m < n_q, other=1.0)
     delta = tl.load(DELTA + stats, mask=offs_m < n_q, other=0.0)
     kv = b * sk_b + (h // group) * sk_h
     mask_rows = MASK + b * sm_b + offs_m[:, None] * sm_l
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     du = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    end = n_k
-    if CAUSAL:
-        end = tl.minimum(n_k, (pid_m + 1) * BLOCK_M + offset)
-    for start_n in range(0, end, BLOCK_N):
+    start, end = key_range(RANGES, b, pid_m, n_k, offset, CAUSAL, HAS_MASK, BLOCK_M)
+    for start_n in range(start, end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         cols = kv + offs_n[:, None] * sk_l + offs_d[None, :] * sk_d
         cols_ok = (offs_n[:, None] < n_k) & (offs_d[None, :] < head_dim)
@@ -194,7 +197,7 @@ def _backward_q(
             q, u, k, offs_m, offs_n, mask_rows, n_q, n_k, offset, scale, xi,
             G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST,
         )  # fmt: skip
-        p = tl.exp(z - m[:, None]) / l_sum[:, None]
+        p = tl.exp(z - m[:, None]) * inv_l[:, None]
         dp = dot(do, tl.trans(v), PRECISION, UPCAST)
         dz = tl.where(allowed, p * (dp - delta[:, None]), 0.0)
         dq += dot_split(dz, k, PRECISION, UPCAST)
@@ -229,14 +232,21 @@ def _dense_pair(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return a, b
 
 
-def _mask_arg(mask, bsz: int, n_q: int, n_k: int) -> torch.Tensor | None:
+def _check_mask(mask, bsz: int, n_q: int, n_k: int) -> torch.Tensor | None:
+    """The boolean mask as ``[B, 1, L, S]`` (a batch of one broadcast), checked."""
     if mask is None:
         return None
     if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1:
         raise ValueError(f"mask: boolean [B, 1, L, S], got {mask.dtype} {tuple(mask.shape)}")
     if tuple(mask.shape[2:]) != (n_q, n_k) or mask.shape[0] not in (1, bsz):
         raise ValueError(f"mask: shape {tuple(mask.shape)} does not fit B={bsz}, L={n_q}, S={n_k}")
-    mask = mask.expand(bsz, 1, n_q, n_k)
+    return mask.expand(bsz, 1, n_q, n_k)
+
+
+def _mask_arg(mask) -> torch.Tensor | None:
+    """The mask as the kernels read it: bytes, unit stride along the keys."""
+    if mask is None:
+        return None
     return (mask if mask.stride(-1) == 1 else mask.contiguous()).view(torch.uint8)
 
 
@@ -282,6 +292,11 @@ def _common(q, k, mask, spec: dict) -> tuple[list, list, dict]:
     return args, sizes, constexprs
 
 
+def _or(tensor, placeholder):
+    """``tensor``, or where absent a pointer the kernel never reads (its constexpr is off)."""
+    return placeholder if tensor is None else tensor
+
+
 def _launch_options(tile) -> dict:
     block_m, block_n, warps, stages = tile
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
@@ -294,14 +309,17 @@ class _FusedRectified(torch.autograd.Function):
         o = torch.empty_like(q)
         m = torch.empty(b, n_heads, n_q, device=q.device, dtype=torch.float32)
         l_sum = torch.empty_like(m)
-        strides, sizes, constexprs = _common(q, k, mask, spec)
+        mask_arg = _mask_arg(mask)
+        ranges = {} if mask is None else tile_ranges(mask, spec["tiles"])
+        strides, sizes, constexprs = _common(q, k, mask_arg, spec)
         tile = spec["tiles"]["forward"]
         grid = (triton.cdiv(n_q, tile[0]), b * n_heads)
         _forward[grid](
-            q, u, k, v, o, m, l_sum, q if mask is None else mask,
+            q, u, k, v, o, m, l_sum, _or(mask_arg, q), _or(ranges.get("forward"), q),
             *strides, n_heads, *sizes, **constexprs, **_launch_options(tile),
         )  # fmt: skip
-        ctx.save_for_backward(q, u, k, v, o, m, l_sum, mask)
+        ctx.save_for_backward(q, u, k, v, o, m, l_sum, mask_arg)
+        ctx.ranges = ranges
         ctx.spec = spec
         return o
 
@@ -315,15 +333,15 @@ class _FusedRectified(torch.autograd.Function):
         dq, du, dk, dv = (torch.empty_like(t) for t in (q, u, k, v))
         strides, sizes, constexprs = _common(q, k, mask, spec)
         strides[8:8] = do.stride()  # after q's and k's strides, before the mask's
-        mask_arg = q if mask is None else mask
+        mask_arg, ranges = _or(mask, q), ctx.ranges
         tile = spec["tiles"]["kv"]
         _backward_kv[(triton.cdiv(n_k, tile[1]), b * n_kv)](
-            q, u, k, v, do, m, l_sum, delta, dk, dv, mask_arg,
+            q, u, k, v, do, m, l_sum, delta, dk, dv, mask_arg, _or(ranges.get("kv"), q),
             *strides, n_kv, *sizes, **constexprs, **_launch_options(tile),
         )  # fmt: skip
         tile = spec["tiles"]["q"]
         _backward_q[(triton.cdiv(n_q, tile[0]), b * n_heads)](
-            q, u, k, v, do, m, l_sum, delta, dq, du, mask_arg,
+            q, u, k, v, do, m, l_sum, delta, dq, du, mask_arg, _or(ranges.get("q"), q),
             *strides, n_heads, *sizes, **constexprs, **_launch_options(tile),
         )  # fmt: skip
         return dq, du, dk, dv, None, None
@@ -352,4 +370,4 @@ def fused_rectified_attention(
         "causal": bool(causal),
         "tiles": tiles or _tiles(q.shape[-1], q.device),
     }
-    return _FusedRectified.apply(q, u, k, v, _mask_arg(mask, q.shape[0], n_q, n_k), spec)
+    return _FusedRectified.apply(q, u, k, v, _check_mask(mask, q.shape[0], n_q, n_k), spec)

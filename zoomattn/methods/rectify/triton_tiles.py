@@ -14,8 +14,6 @@ TANH_PLUS_X = tl.constexpr(3)
 SIGMOID = tl.constexpr(4)
 G_KINDS = {"identity": 0, "max": 1, "tanh": 2, "tanh_plus_x": 3, "sigmoid": 4}
 
-FMIN = tl.constexpr(-3.4028234663852886e38)  # torch.finfo(torch.float32).min: the masked score
-
 
 @triton.jit
 def dot(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
@@ -63,14 +61,15 @@ def _smooth_max_min(a, b):
     e_lh = e_mh * e_lm
     s_pos = 1.0 + e_mh + e_lh  # Σ_v exp(v − hi): log(1 + eᵃ + eᵇ) = hi + log s_pos
     s_neg = 1.0 + e_lm + e_lh  # Σ_v exp(lo − v): log(1 + e⁻ᵃ + e⁻ᵇ) = −lo + log s_neg
-    f = hi + lo + tl.log(s_pos) - tl.log(s_neg)
+    r_pos, r_neg = 1.0 / s_pos, 1.0 / s_neg  # both in [1/3, 1]: one log of their ratio
+    f = hi + lo + tl.log(s_pos * r_neg)
     # ∂f/∂v = exp(v − hi)/s_pos + exp(lo − v)/s_neg for v = a, b: each exponential is the one of
     # v's place in the triple (where v ties two places, both give the same value)
     a_pos = tl.where(a == hi, 1.0, tl.where(a == lo, e_lh, e_mh))
     a_neg = tl.where(a == lo, 1.0, tl.where(a == hi, e_lh, e_lm))
     b_pos = tl.where(b == hi, 1.0, tl.where(b == lo, e_lh, e_mh))
     b_neg = tl.where(b == lo, 1.0, tl.where(b == hi, e_lh, e_lm))
-    return f, a_pos / s_pos + a_neg / s_neg, b_pos / s_pos + b_neg / s_neg
+    return f, a_pos * r_pos + a_neg * r_neg, b_pos * r_pos + b_neg * r_neg
 
 
 @triton.jit
@@ -106,9 +105,10 @@ def tile_scores(
     PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     """Scores z = q·kᵀ·s + g(u·kᵀ·s) of a [BLOCK_M, BLOCK_N] tile, masked, with g′ and where
-    attention is allowed. Disallowed keys score finfo(fp32).min, as the reference's masked_fill
-    (a fully masked row stays finite: uniform over its keys); keys past the end score −inf (they
-    do not exist). ``mask_rows``: pointers to the mask's rows of this tile (HAS_MASK)."""
+    attention is allowed. Disallowed keys, and keys past the end, score −inf: a row that allows
+    some key gets the reference's probabilities (its masked_fill with finfo.min underflows to the
+    same 0), and a row that allows none stays empty (output 0, as the reference gives it).
+    ``mask_rows``: pointers to the mask's rows of this tile (HAS_MASK)."""
     kt = tl.trans(k)
     x = dot(u, kt, PRECISION, UPCAST) * scale
     g, dg = rectifier(x, xi, G_KIND)
@@ -120,6 +120,41 @@ def tile_scores(
     if HAS_MASK:
         in_bounds = (offs_m[:, None] < n_q) & key_exists
         allowed = allowed & (tl.load(mask_rows + offs_n[None, :], mask=in_bounds, other=0) != 0)
-    z = tl.where(allowed, z, FMIN)
-    z = tl.where(key_exists, z, float("-inf"))
-    return z, dg, allowed
+    return tl.where(allowed, z, float("-inf")), dg, allowed
+
+
+@triton.jit
+def key_range(
+    RANGES, b, pid_m, n_k, offset,
+    CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """[start, end) of the keys query tile ``pid_m`` reads: with a mask, the key tiles that hold
+    a key some row of it allows (the host's table, ``tile_ranges.py``); causal, up to
+    its last row's diagonal; otherwise every key."""
+    start = 0
+    end = n_k
+    if CAUSAL:
+        end = tl.minimum(n_k, (pid_m + 1) * BLOCK_M + offset)
+    if HAS_MASK:
+        bounds = RANGES + (b * tl.num_programs(0) + pid_m) * 2
+        start = tl.load(bounds)
+        end = tl.load(bounds + 1)
+    return start, end
+
+
+@triton.jit
+def query_range(
+    RANGES, b, pid_n, n_q, offset,
+    CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """[first, last) of the query rows that read key tile ``pid_n``, as ``key_range``: with a
+    mask the host's table; causal, from the first row at or past its first key's diagonal."""
+    first = 0
+    last = n_q
+    if CAUSAL:
+        first = (tl.maximum(pid_n * BLOCK_N - offset, 0) // BLOCK_M) * BLOCK_M
+    if HAS_MASK:
+        bounds = RANGES + (b * tl.num_programs(0) + pid_n) * 2
+        first = tl.load(bounds)
+        last = tl.load(bounds + 1)
+    return first, last

@@ -1,0 +1,48 @@
+"""Which tiles the fused rectified attention visits under a mask (methods/rectify/tile_ranges.py):
+every allowed (row, key) inside the span, nothing skipped that the mask allows. Torch only; the
+kernel itself is held to the formula under such masks in test_triton_kernel.py."""
+
+import torch
+
+from tests.methods.rectify.test_kernel import left_padding_mask
+from zoomattn.methods.rectify.tile_ranges import tile_ranges
+
+
+def scattered_mask(n_q, n_k, seed=0):
+    """[2, 1, L, S]: sparse random pairs, with an empty row, a whole query tile (rows 16-23 of
+    the second sequence) and a whole key tile (keys 16-23 of the first) that allow nothing."""
+    allowed = torch.rand(2, 1, n_q, n_k, generator=torch.Generator().manual_seed(seed)) < 0.2
+    allowed[0, :, 3] = False
+    allowed[1, :, 16:] = False
+    allowed[0, :, :, 16:] = False
+    return allowed
+
+
+def test_tile_ranges_cover_every_allowed_pair_and_skip_the_rest():
+    """For each kernel's programs, the range spans every (row, key) the mask allows in its tile,
+    starts on the loop's step, and is empty where the tile allows nothing."""
+    mask = scattered_mask(40, 40)
+    tiles = {"forward": (16, 8, 1, 1), "q": (8, 16, 1, 1), "kv": (16, 8, 1, 1)}
+    ranges = tile_ranges(mask, tiles)
+    by_keys = {name: (tiles[name][0], tiles[name][1], mask[:, 0]) for name in ("forward", "q")}
+    by_rows = {"kv": (tiles["kv"][1], tiles["kv"][0], mask[:, 0].transpose(1, 2))}
+    for name, (tile, step, allowed) in {**by_keys, **by_rows}.items():
+        for b in range(2):
+            for t, (start, end) in enumerate(ranges[name][b].tolist()):
+                inside = allowed[b, t * tile : (t + 1) * tile]
+                assert start % step == 0, (name, b, t)
+                assert not inside[:, :start].any() and not inside[:, end:].any(), (name, b, t)
+                assert (start < end) == bool(inside.any()), (name, b, t)
+    start, end = ranges["forward"][1, 1].tolist()  # rows 16-31 of sequence 2 allow nothing
+    assert start >= end == 0
+    start, end = ranges["kv"][0, 2].tolist()  # keys 16-23 of sequence 1: no row reads them
+    assert start >= end == 0
+
+
+def test_tile_ranges_of_a_causal_left_padded_batch_skip_the_padding_and_the_upper_triangle():
+    mask = left_padding_mask([64, 40], 64)  # 24 padding positions in the second sequence
+    tile = (16, 16, 1, 1)
+    ranges = tile_ranges(mask, {"forward": tile, "q": tile, "kv": tile})
+    visited = (ranges["forward"][..., 1] - ranges["forward"][..., 0]).clamp(min=0) // 16
+    assert visited.tolist() == [[1, 2, 3, 4], [0, 1, 2, 3]]  # of 4 key tiles per query tile
+    assert ranges["forward"][1].tolist() == [[64, 0], [16, 32], [16, 48], [16, 64]]

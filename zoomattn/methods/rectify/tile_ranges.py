@@ -1,0 +1,59 @@
+"""Which tiles the fused rectified attention's programs visit under a mask (``triton_kernel.py``).
+
+A mask ``[B, 1, L, S]`` may rule out whole tiles of the score matrix: the upper triangle of a causal
+mask, the rows and columns of left padding, the cross-passage blocks of a structured mask. A
+program of the kernel loops over a contiguous span of tiles (the keys of its query tile, or the
+query rows of its key tile); this module finds, per program, the smallest such span that holds
+every (row, key) the mask allows in its tile. A tile outside it holds no allowed pair, so its
+probabilities are all 0 and skipping it changes nothing. Torch only: computed on the mask's device
+before the launch (a few reductions over the mask, which the kernels read anyway).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _allowed_bounds(allowed: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Along ``dim`` of ``allowed`` ``[B, L, S]``: each row's (dim −1) or column's (dim −2) first
+    allowed index and last one + 1; (n, 0) where none is allowed."""
+    n = allowed.shape[dim]
+    as_bytes = allowed.view(torch.uint8)  # argmax gives the first maximal index
+    some = allowed.any(dim)
+    first = torch.where(some, as_bytes.argmax(dim), n)
+    last = torch.where(some, n - as_bytes.flip(dim).argmax(dim), 0)
+    return first, last
+
+
+def _tile_bounds(first, last, n: int, tile: int, align: int) -> torch.Tensor:
+    """``[B, tiles, 2]`` int32: per tile of ``tile`` consecutive rows, the smallest first index
+    (rounded down to a multiple of ``align``, the step of the kernel's loop) and the largest
+    last, indices being < n; an empty range (start ≥ end) where no row of the tile allows
+    anything."""
+    bsz, rows = first.shape
+    pad = -rows % tile
+    first = F.pad(first, (0, pad), value=n)  # a missing row allows nothing
+    last = F.pad(last, (0, pad), value=0)
+    start = first.view(bsz, -1, tile).amin(-1) // align * align
+    end = last.view(bsz, -1, tile).amax(-1)
+    return torch.stack([start, end], dim=-1).to(torch.int32).contiguous()
+
+
+def tile_ranges(mask, tiles: dict) -> dict[str, torch.Tensor]:
+    """What each kernel's program loops over under a mask: for the forward and dQ kernels (one
+    program per query tile) the keys, for the dK/dV kernel (one per key tile) the query rows, each
+    the span of the tiles that hold an allowed (row, key) of the program's tile. Causal masks
+    with left padding, the training case, skip the tiles above the diagonal and the padding; a
+    skipped tile holds no allowed pair, so its probabilities are all 0 and nothing changes."""
+    allowed = mask[:, 0]
+    n_q, n_k = allowed.shape[1:]
+    row_first, row_last = _allowed_bounds(allowed, -1)
+    col_first, col_last = _allowed_bounds(allowed, -2)
+    ranges = {}
+    for name in ("forward", "q"):
+        block_m, block_n = tiles[name][:2]
+        ranges[name] = _tile_bounds(row_first, row_last, n_k, block_m, block_n)
+    block_m, block_n = tiles["kv"][:2]
+    ranges["kv"] = _tile_bounds(col_first, col_last, n_q, block_n, block_m)
+    return ranges
