@@ -6,6 +6,7 @@
 # goes on past a failing step, and the whole run ends by BUDGET_S seconds (default 530).
 #
 #   bash benchmarks/gpu_checks.sh [OUT]     # default OUT: results/gpu_checks
+#   STEPS="lane_rectify_triton rectify_tiles" bash benchmarks/gpu_checks.sh OUT   # only those
 #
 # OUT gets summary.txt (device, versions, one line per step: exit status and seconds), checks.log
 # (every step's output), gpu_paper.{json,md} and distributed_overhead.{json,md}.
@@ -20,6 +21,7 @@ deadline=$(($(date +%s) + ${BUDGET_S:-530}))
 step() { # name, limit in seconds, command...
   local name=$1 limit=$2 left t0 rc
   shift 2
+  [[ -n ${STEPS:-} && " $STEPS " != *" $name "* ]] && return
   left=$((deadline - $(date +%s)))
   ((left < limit)) && limit=$left
   if ((limit < 15)); then
@@ -41,11 +43,18 @@ cat "$out/summary.txt"
 
 lane=("$py" -m pytest -q -p no:cacheprovider -rfE --durations=5) # timeout runs commands, not functions
 step lane_attention 60 "${lane[@]}" tests/gpu/test_attention_on_cuda.py
-step lane_opamp_fused 45 "${lane[@]}" tests/gpu/test_opamp_fused_on_cuda.py
+step lane_opamp_fused 90 "${lane[@]}" tests/gpu/test_opamp_fused_on_cuda.py
 step lane_rectify_triton 100 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py
 step lane_lkg_flex 130 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py
 step attention 170 $py benchmarks/gpu_paper.py --attention-only --repeats 3 \
   --lengths 2048 4096 8192 32768 --out "$out"
+# the rectification kernel's tiles: a sweep per kernel at 4096 tokens (benchmarks/rectified_triton.py
+# --sweep), then the fused kernel under a left-padding mask against causal SDPA (tile skipping)
+step rectify_tiles 200 $py benchmarks/rectified_triton.py --sweep --lengths 4096 --budget-s 150 \
+  --out "$out/rectified_tiles.json"
+step rectify_padded 60 $py benchmarks/rectified_triton.py --lengths 8192 --padded 0.25 --repeats 3
 step overhead 80 $py benchmarks/distributed_overhead.py --layers 2 --steps 6 --out "$out"
 step lane_distributed 120 "${lane[@]}" -s tests/gpu/test_distributed_on_cuda.py
+step lane_methods 120 "${lane[@]}" tests/gpu/test_methods_on_cuda.py tests/gpu/test_probes_on_cuda.py
+step lane_small_dag 300 "${lane[@]}" tests/gpu/test_small_dag_on_cuda.py
 grep -E "passed|failed|error" "$log" | tail -20
