@@ -34,8 +34,12 @@ A row the mask leaves no key gives 0 and no gradient, as ``math.sdpa`` (and so t
 gives it: its log-sum-exp is +inf, so its P is 0 in backward.
 
 Precision as the rectified kernel: scores, softmax and accumulation in fp32 (IEEE fp32 dot products
-for fp32 inputs); P and dS enter their dot products with V, g, Q, K in the input dtype through
-``triton_tiles.dot_split`` (two bf16 parts), which keeps bf16 within plain bf16 SDPA's error.
+for fp32 inputs). In backward, P, w₀P₀ + w₁P₁ and dS enter their dot products with g, K, Q rounded
+once to the input dtype, as FlashAttention does; in the forward P meets V in two bf16 parts
+(``rectify``'s ``dot_split``). Measured in bf16 against plain bf16 SDPA's error
+(tests/methods/opamp/test_triton_kernel.py): output 0.97× with the split, 1.36× rounded once
+(close to the 1.5× bound: the output is two branches weighted ±K); gradients 1.13× rounded once,
+0.95× with the split, so the backward keeps the cheaper dot products.
 Memory beyond the inputs: the output, O₀ and O₁ (2·|q|) and 2·B·H·L log-sum-exps.
 """
 
@@ -46,9 +50,15 @@ import triton
 import triton.language as tl
 
 from zoomattn.attention.math import causal_flag
-from zoomattn.methods.opamp.triton_tiles import allowed_keys, finish, online_softmax, scores
+from zoomattn.methods.opamp.triton_tiles import (
+    allowed_keys,
+    dot_rounded,
+    finish,
+    online_softmax,
+    scores,
+)
 from zoomattn.methods.rectify.triton_kernel import _mask_arg
-from zoomattn.methods.rectify.triton_tiles import cast, dot, dot_split
+from zoomattn.methods.rectify.triton_tiles import cast, dot
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -158,10 +168,10 @@ def _backward_kv(
             )  # fmt: skip
             p0 = tl.exp(scores(q0, k0, allowed, scale, PRECISION, UPCAST) - lse0[:, None])
             p1 = tl.exp(scores(q1, k1, allowed, scale, PRECISION, UPCAST) - lse1[:, None])
-            dv += dot_split(tl.trans(p0 * w0 + p1 * w1), do, PRECISION, UPCAST)
+            dv += dot_rounded(tl.trans(p0 * w0 + p1 * w1), do, PRECISION, UPCAST)
             dp = dot(do, tl.trans(v), PRECISION, UPCAST)  # shared by the branches
-            dk0 += dot_split(tl.trans(p0 * (dp - delta0[:, None])), q0, PRECISION, UPCAST)
-            dk1 += dot_split(tl.trans(p1 * (dp - delta1[:, None])), q1, PRECISION, UPCAST)
+            dk0 += dot_rounded(tl.trans(p0 * (dp - delta0[:, None])), q0, PRECISION, UPCAST)
+            dk1 += dot_rounded(tl.trans(p1 * (dp - delta1[:, None])), q1, PRECISION, UPCAST)
     tl.store(DK + k_cols0, cast(dk0 * scale, DK.dtype.element_ty, UPCAST), mask=cols_ok)
     tl.store(DK + k_cols1, cast(dk1 * scale, DK.dtype.element_ty, UPCAST), mask=cols_ok)
     tl.store(DV + v_cols, cast(dv, DV.dtype.element_ty, UPCAST), mask=cols_ok)
@@ -214,8 +224,8 @@ def _backward_q(
         p0 = tl.exp(scores(q0, k0, allowed, scale, PRECISION, UPCAST) - lse0[:, None])
         p1 = tl.exp(scores(q1, k1, allowed, scale, PRECISION, UPCAST) - lse1[:, None])
         dp = dot(do, tl.trans(v), PRECISION, UPCAST)  # shared by the branches
-        dq0 += dot_split(p0 * (dp - delta0[:, None]), k0, PRECISION, UPCAST)
-        dq1 += dot_split(p1 * (dp - delta1[:, None]), k1, PRECISION, UPCAST)
+        dq0 += dot_rounded(p0 * (dp - delta0[:, None]), k0, PRECISION, UPCAST)
+        dq1 += dot_rounded(p1 * (dp - delta1[:, None]), k1, PRECISION, UPCAST)
     tl.store(DQ + rows0, cast(dq0 * scale, DQ.dtype.element_ty, UPCAST), mask=rows_ok)
     tl.store(DQ + rows1, cast(dq1 * scale, DQ.dtype.element_ty, UPCAST), mask=rows_ok)
 
