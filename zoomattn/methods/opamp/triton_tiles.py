@@ -39,7 +39,7 @@ def online_softmax(z, m_i, l_i, acc, v, PRECISION: tl.constexpr, UPCAST: tl.cons
     alpha = tl.exp(m_i - m_safe)
     p = tl.exp(z - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + dot_split(p, v, PRECISION, UPCAST)  # P in two bf16 parts: "Precision"
+    acc = acc * alpha[:, None] + dot_split(p, v, PRECISION, UPCAST)  # P in two parts
     return m_new, l_i, acc
 
 
