@@ -52,7 +52,8 @@ from zoomattn.methods.opamp.fused import stacked_two_branch
 from zoomattn.methods.opamp.modes import combine_modes
 
 QUERY_BLOCK = 1024
-PATHS = ("plain", "lean", "recompute", "stacked", "triton")
+PATHS = ("plain", "lean", "recompute", "stacked")  # any device (lean: the CPU); the tests run all
+OPT_IN_PATHS = ("triton",)  # CUDA or Triton's interpreter; named explicitly, never chosen
 
 
 def two_branch_attention(
@@ -62,7 +63,8 @@ def two_branch_attention(
     """c·(O₀ + O₁) + d·(O₀ − O₁), Oᵢ = softmax(adapt_q(i, q)·adapt_k(i, k)ᵀ·scale + mask)V and
     (c, d) = ``gains``; shapes as ``math.sdpa``. ``params`` are the adapters' trainable tensors;
     ``adapters`` the modules behind ``adapt_q``/``adapt_k``, ((E_q⁺, E_q⁻), (E_k⁺, E_k⁻)), which
-    the stacked path batches; ``path`` one of PATHS (None: see the module docstring)."""
+    the stacked and triton paths batch; ``path`` one of PATHS or OPT_IN_PATHS (None: see the
+    module docstring)."""
     block = block or QUERY_BLOCK
     if path is None and kernels.choose("opamp", q.device) == kernels.FUSED:
         path = "stacked"
@@ -92,7 +94,7 @@ def two_branch_attention(
             q, k, v, mask, scaling, tuple(gains), adapt_q, adapt_k, block, *params
         )
     if path != "plain":
-        raise ValueError(f"path: one of {PATHS}, got {path!r}")
+        raise ValueError(f"path: one of {PATHS + OPT_IN_PATHS}, got {path!r}")
     outs = [_branch(adapt_q, adapt_k, i, q, k, v, mask, scaling, block) for i in (0, 1)]
     return combine_modes(*outs, *gains)
 
