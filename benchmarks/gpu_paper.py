@@ -12,7 +12,9 @@ the same settings and layer count in the same run. A cell that runs out of memor
 layer is retried, with QLoRA, at half the layers, down to ``--min-layers``. Then each custom
 attention function's forward + backward against plain causal SDPA at ``--lengths``, under
 ``attention_kernels: reference`` (variant ``opamp``) and ``fused`` (``opamp_fused``) in the same
-run, with the path that actually ran (on the CPU the fused setting runs the reference paths).
+run, with the path that actually ran (on the CPU the fused setting runs the reference paths); and
+OpAmp's opt-in Triton path (``opamp_triton``: ``path="triton"``, on CUDA only; ``--smoke`` records
+it as skipped).
 Results: one JSON and one Markdown file, with the device named.
 
     python benchmarks/gpu_paper.py            # CUDA -> benchmarks/results/gpu_paper.{json,md}
@@ -42,6 +44,7 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 from gpu_paper_cells import (  # noqa: E402
+    EXPLICIT_PATHS,
     OOM,
     attention_cell,
     free_memory,
@@ -66,7 +69,7 @@ SMOKE = dict(  # --smoke: the same run on the CPU, tiny and short (flags given s
     min_layers=1, steps=1, warmup=1, repeats=2,
 )  # fmt: skip
 PREFERRED = {"opamp": {"K": 10}, "rectify": {"xi": 3, "g": "max"}, "mudaf": {"heads": 8}}
-VARIANTS = ("sdpa", "opamp", "rectified", "lkg_fusion")
+VARIANTS = ("sdpa", "opamp", "opamp_triton", "rectified", "lkg_fusion")
 SETTINGS = {"": "reference", "_fused": "fused"}  # variant suffix -> attention_kernels setting
 
 
@@ -192,8 +195,11 @@ def measure_attention(groups: list[dict], setup: dict, args) -> list[dict]:
         results = {}
         for variant in VARIANTS:
             for suffix, setting in SETTINGS.items():
-                if variant == "sdpa" and suffix:
-                    continue  # plain SDPA has no other path
+                if (variant == "sdpa" or variant in EXPLICIT_PATHS) and suffix:
+                    continue  # plain SDPA has no other path; the others name theirs
+                if variant in EXPLICIT_PATHS and device != "cuda":
+                    results[variant] = (setting, _not_run(variant))
+                    continue
                 print(f"[gpu_paper] attention {variant}{suffix}, {n} tokens", flush=True)
                 results[variant + suffix] = (
                     setting,
@@ -211,13 +217,22 @@ def measure_attention(groups: list[dict], setup: dict, args) -> list[dict]:
                     "tokens": n,
                     "variant": variant,
                     "attention_kernels": setting,
-                    "status": "OOM" if r == OOM else "ok",
+                    "status": "OOM" if r == OOM else r.get("status", "ok"),
                     **(r if r != OOM else {}),
                     "time_vs_sdpa": ratio(r, base, "seconds"),
                     "memory_vs_sdpa": ratio(r, base, "peak_mib_above_inputs"),
                 }
             )
     return rows
+
+
+def _not_run(variant: str) -> dict:
+    """The row of an opt-in Triton path on the CPU: not run (its CPU check is the test suite's,
+    in Triton's interpreter), rather than the reference path under its name."""
+    return {
+        "status": "skipped: Triton kernel, CUDA only",
+        "path": f"{EXPLICIT_PATHS[variant]} (not run)",
+    }
 
 
 def measure_all_steps(groups: list[dict], setup: dict, args, isolate: bool) -> list[dict]:

@@ -292,11 +292,12 @@ def attention_step(variant: str, n: int, shape: dict, methods: dict, device: str
     leaves = [q, k, v]
     if variant == "sdpa":
         fn = lambda: sdpa(q, k, v)  # noqa: E731
-    elif variant == "opamp":
+    elif variant in ("opamp", "opamp_triton"):
         cfg = METHODS["opamp"].make_config(methods["opamp"])
         layer = OpAmpAttention(heads, kv, d, cfg).to(device=device, dtype=dtype).train()
         leaves += list(layer.parameters())
-        fn = lambda: layer(q, k, v)  # noqa: E731
+        path = EXPLICIT_PATHS.get(variant)  # None: the dispatch's choice
+        fn = lambda: layer(q, k, v, path=path)  # noqa: E731
     elif variant == "rectified":
         cfg = methods["rectify"]
         g, u = Rectifier(cfg["g"], float(cfg["xi"])), projected(heads)
@@ -338,6 +339,8 @@ def _lkg_layout(n: int, b) -> tuple[torch.Tensor, int]:
 
 
 DISPATCHED_AS = {"opamp": "opamp", "rectified": "rectify", "lkg_fusion": "lkg"}  # kernels' names
+# variants that name their path (opt-in, never dispatched): measured on CUDA only, one setting
+EXPLICIT_PATHS = {"opamp_triton": "triton"}
 
 
 def attention_cell(
@@ -356,7 +359,10 @@ def attention_cell(
         peak = (peak_bytes(device) - before) / 2**20
         times = [seconds(step, device) for _ in range(repeats)]
         ran = kernels.paths_run()
-    path = (
-        "sdpa" if variant == "sdpa" else ran.get(DISPATCHED_AS[variant], "reference (undispatched)")
-    )
+    if variant in EXPLICIT_PATHS:
+        path = EXPLICIT_PATHS[variant]
+    elif variant == "sdpa":
+        path = "sdpa"
+    else:
+        path = ran.get(DISPATCHED_AS[variant], "reference (undispatched)")
     return {"seconds": statistics.median(times), "peak_mib_above_inputs": peak, "path": path}

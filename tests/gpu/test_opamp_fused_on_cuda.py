@@ -2,7 +2,8 @@
 and bf16, values and gradients, where CUDA takes its own kernels: a padded (masked) call with GQA
 goes to the memory-efficient kernel with the KV heads repeated (``math.gqa_for_kernel``), an
 unmasked one to flash; decoding; dropout's masks (CUDA's generator); and the dispatch under
-``attention_kernels: fused``."""
+``attention_kernels: fused``. The opt-in ``triton`` path (triton_kernel.py) likewise, compiled, and
+its kernel alone against the fp64 formula within 1.5× bf16 SDPA's error, rows without keys 0."""
 
 import copy
 
@@ -12,7 +13,7 @@ import torch
 from tests.attention.test_math import left_padding_mask
 from tests.gpu.lane import DEVICE
 from zoomattn.attention import kernels
-from zoomattn.attention.math import sdpa
+from zoomattn.attention.math import attention_probs, repeat_kv, sdpa
 from zoomattn.methods.opamp.config import OpAmpConfig
 from zoomattn.methods.opamp.model import OpAmpAttention
 
@@ -50,9 +51,14 @@ def _values_and_grads(fn, tensors, params, rows):
     return out, torch.autograd.grad((out * weight).sum(), [*tensors, *params])
 
 
+needs_cuda = pytest.mark.skipif(DEVICE != "cuda", reason="the Triton kernel compiles for CUDA")
+FUSED_PATHS = ["stacked", pytest.param("triton", marks=needs_cuda)]
+
+
+@pytest.mark.parametrize("path", FUSED_PATHS)
 @pytest.mark.parametrize("dtype", list(BOUNDS))
 @pytest.mark.parametrize("case", ["causal", "padded", "decoding", "decoding-padded"])
-def test_stacked_path_matches_the_materialised_formula(case, dtype):
+def test_fused_paths_match_the_materialised_formula(case, dtype, path):
     layer = _layer(dtype)
     n_q = 1 if case.startswith("decoding") else N
     tensors = _inputs(dtype, n_q=n_q)
@@ -63,7 +69,7 @@ def test_stacked_path_matches_the_materialised_formula(case, dtype):
     twin = copy.deepcopy(layer).double()
     exact = [t.detach().double().requires_grad_() for t in tensors]
     out, grads = _values_and_grads(
-        lambda *x: layer(*x, mask, path="stacked"), tensors, list(layer.parameters()), rows
+        lambda *x: layer(*x, mask, path=path), tensors, list(layer.parameters()), rows
     )
     ref, ref_grads = _values_and_grads(
         lambda *x: twin.materialised(*x, mask), exact, list(twin.parameters()), rows
@@ -114,3 +120,80 @@ def test_fused_setting_takes_the_stacked_path_on_cuda_only():
     assert ran == {"opamp": "fused" if DEVICE == "cuda" else "reference"}
     want = layer(*tensors, path="stacked" if DEVICE == "cuda" else "lean")
     assert torch.equal(out, want)
+
+
+GAINS = (0.5, 10.0)  # K = 10
+
+
+def _stacks(dtype, n_q):
+    """[Q₀ | Q₁], [K₀ | K₁] and v (laid out as the projections leave it), leaves."""
+    g = torch.Generator().manual_seed(2)
+    q_stack = torch.randn(2, 2 * H, n_q, D, generator=g)
+    k_stack = torch.randn(2, 2 * HKV, N, D, generator=g)
+    v = torch.randn(2, N, HKV, D, generator=g).transpose(1, 2)
+    return [t.to(DEVICE, dtype).requires_grad_() for t in (q_stack, k_stack, v)]
+
+
+def _kernel_contract(inputs, mask, kernel=None):
+    """Output and gradients for loss weights W as two_branch_flash promises them: q_stack's and
+    k_stack's at the unscaled upstream gradient (∂Σ W∘(O₀ + O₁)), v's of the output; rows with
+    no key 0. ``kernel`` None: the formula."""
+    ok = torch.ones((), dtype=torch.bool, device=DEVICE) if mask is None else mask.any(-1, True)
+    if kernel is not None:
+        out = kernel(*inputs, GAINS, mask).where(ok, 0.0)
+    else:
+        (q0, q1), (k0, k1) = inputs[0].chunk(2, 1), inputs[1].chunk(2, 1)
+        v = repeat_kv(inputs[2], H).to(torch.promote_types(inputs[2].dtype, torch.float32))
+        o0, o1 = ((attention_probs(q, k, mask) @ v).where(ok, 0.0) for q, k in ((q0, k0), (q1, k1)))
+        out = (o0 + o1) * GAINS[0] + (o0 - o1) * GAINS[1]
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out)
+    if kernel is not None:
+        return out, torch.autograd.grad((out * weight).sum(), inputs)
+    dq, dk = torch.autograd.grad((weight * (o0 + o1)).sum(), inputs[:2], retain_graph=True)
+    return out, (dq, dk, *torch.autograd.grad((weight * out).sum(), inputs[2]))
+
+
+def _sdpa_errors(inputs, mask):
+    """bf16 SDPA's relative errors (output, worst gradient) against fp64 on branch 0's inputs."""
+    branch = [inputs[0][:, :H], inputs[1][:, :HKV], inputs[2]]
+    results = []
+    for xs in (branch, [t.detach().double() for t in branch]):
+        xs = [t.detach().requires_grad_() for t in xs]
+        ok = torch.ones((), dtype=torch.bool, device=DEVICE) if mask is None else mask.any(-1, True)
+        out = sdpa(*xs, mask).where(ok, 0.0)
+        weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out)
+        results.append((out, torch.autograd.grad((out * weight).sum(), xs)))
+    (out, grads), (ref, ref_grads) = results
+    return _rel(out, ref), max(_rel(a, b) for a, b in zip(grads, ref_grads, strict=True))
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", list(BOUNDS))
+@pytest.mark.parametrize("case", ["padded", "decoding"])
+def test_triton_kernel_matches_the_fp64_formula_within_bf16_sdpas_error(case, dtype):
+    """The compiled kernel alone, every row: fp32 to 1e-5 (relative); bf16 within 1.5× bf16 SDPA's
+    own error (values, and the worst of dQ₀, dQ₁, dK₀, dK₁, dV); a row with no key gives 0 and a
+    finite, zero gradient (CUDA's memory-efficient SDPA gives such a row NaN in bf16)."""
+    from zoomattn.methods.opamp.triton_kernel import two_branch_flash
+
+    n_q = 1 if case == "decoding" else N
+    mask = None if case == "decoding" else left_padding_mask([N, N // 2], N).to(DEVICE)
+    inputs = _stacks(dtype, n_q)
+    out, grads = _kernel_contract(inputs, mask, two_branch_flash)
+    exact = [t.detach().double().requires_grad_() for t in inputs]
+    ref, ref_grads = _kernel_contract(exact, mask)
+    pairs = [(a.chunk(2, 1) if i < 2 else (a,), b.chunk(2, 1) if i < 2 else (b,))
+             for i, (a, b) in enumerate(zip(grads, ref_grads, strict=True))]  # fmt: skip
+    grad_error = max(_rel(a, b) for got, want in pairs for a, b in zip(got, want, strict=True))
+    assert all(torch.isfinite(g).all() for g in grads)
+    if dtype == torch.float32:
+        assert _rel(out, ref) <= 1e-5 and grad_error <= 1e-5
+    else:
+        sdpa_out_error, sdpa_grad_error = _sdpa_errors(inputs, mask)
+        assert _rel(out, ref) <= 1.5 * sdpa_out_error, (_rel(out, ref), sdpa_out_error)
+        assert grad_error <= 1.5 * sdpa_grad_error, (grad_error, sdpa_grad_error)
+    if mask is not None:
+        empty = ~mask.any(-1)[:, 0]
+        raw = two_branch_flash(*inputs, GAINS, mask)
+        assert (raw.transpose(1, 2)[empty] == 0).all()
+        assert (grads[0].transpose(1, 2)[empty] == 0).all()

@@ -22,6 +22,10 @@ w₀·g₀ + w₁·g₁ summed in fp32 (``_Fork``) and rounded once, so in bf16 
 gradient where both branches give it (OpAmp's initialisation). Memory: autograd keeps the stacked
 Qᵢ, Kᵢ, [V | V], the adapters' activations, the stacked output and its log-sum-exp, about what the
 ``plain`` path keeps; no adapter is recomputed.
+
+The ``triton`` path (opt-in, unmeasured) shares these batched adapters and replaces SDPA and
+``_Join`` with ``triton_kernel.two_branch_flash`` (``attention=``): V once, not twice, and no
+stacked output or SDPA's saved state, but O₀ and O₁ kept for backward.
 """
 
 from __future__ import annotations
@@ -33,9 +37,15 @@ from zoomattn.attention.math import sdpa
 from zoomattn.methods.opamp.modes import combine_modes
 
 
-def stacked_two_branch(q, k, v, adapters, gains, mask=None, scaling=None, block=1024):
+def stacked_two_branch(
+    q, k, v, adapters, gains, mask=None, scaling=None, block=1024, attention=None
+):  # fmt: skip
     """c·(O₀ + O₁) + d·(O₀ − O₁) as ``kernel.two_branch_attention``, in one SDPA call.
-    ``adapters``: ((E_q⁺, E_q⁻), (E_k⁺, E_k⁻)), the layer's ``BottleneckAdapter`` modules."""
+    ``adapters``: ((E_q⁺, E_q⁻), (E_k⁺, E_k⁻)), the layer's ``BottleneckAdapter`` modules.
+    ``attention``: instead of SDPA and ``_Join``, a function (q_stack, k_stack, v, gains, mask,
+    scaling) -> the combined output, with q_stack's and k_stack's gradients at the unscaled
+    upstream gradient as ``_Join`` gives them (the ``triton`` path:
+    ``triton_kernel.two_branch_flash``)."""
     (q_adapters, k_adapters), (common, differential) = adapters, gains
     weights = (common + differential, common - differential)
     q_pair = _Fork.apply(q, *weights)
@@ -43,6 +53,8 @@ def stacked_two_branch(q, k, v, adapters, gains, mask=None, scaling=None, block=
     dropped = _dropped_inputs(q_pair, k_pair, q_adapters, k_adapters, block)
     q_stack = _adapted_pair(q_pair, q_adapters, dropped[0], weights)
     k_stack = _adapted_pair(k_pair, k_adapters, dropped[1], weights)
+    if attention is not None:  # it weights V's gradient itself: V is not forked
+        return attention(q_stack, k_stack, v, gains, mask, scaling)
     v_stack = torch.cat(_Fork.apply(v, *weights), dim=1)
     out = sdpa(q_stack, k_stack, v_stack, mask, scaling)
     return _Join.apply(out, common, differential)

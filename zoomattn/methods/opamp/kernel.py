@@ -8,23 +8,26 @@ queries and keys (OpAmp's adapters); V is shared. No N×N matrix is formed. Quer
 blocks of ``block`` positions in every path, so a dropout inside ``adapt_q`` draws the same masks
 whichever path runs.
 
-Four paths, chosen by ``path`` (default: ``stacked`` on CUDA when the job's ``attention_kernels``
-is ``fused``, see ``zoomattn.attention.kernels``; else ``lean`` for training on the CPU,
-``recompute`` for training elsewhere, ``plain`` without gradients). Stacked (the fused path): both
-branches in one SDPA call, stacked as heads, the adapters batched, gradients through autograd at
-the recompute path's precision (``fused.py``). Plain: one SDPA call per branch under autograd,
-which keeps both branches' Qᵢ, Kᵢ, adapter activations and outputs until backward. Recompute
-(training on CUDA): an autograd function that keeps only q, k, v and, in backward, runs each branch
-again under autograd (the device's fused SDPA, the forward's dropout masks replayed) with the
-unscaled upstream gradient, adding the branches' gradients with weights c ± d in fp32; it costs one
-more forward of both branches. Lean (training on the CPU): an autograd function that keeps only q,
-k, v and each branch's output and log-sum-exp, and in backward runs the flash kernel's backward
-tile by tile (query block × key block, causal tiles only). The kernel's backward is exact on a tile
-given the rows' global output and log-sum-exp, so the tiles' gradients sum to the whole. Per branch
-it holds Kᵢ and its gradient, per tile that tile's Qᵢ block and gradients: beyond what plain SDPA's
-backward holds, ~2·|k| plus a tile's worth (an untiled backward would also hold the other branch's
-finished gradients and all of Qᵢ: ~2·|q| + 3·|k|). Its gradient totals are fp32 at least: in bf16,
-|q| + 2·|k| more.
+Five paths, chosen by ``path`` (default: ``stacked`` on CUDA when the job's ``attention_kernels`` is
+``fused``, see ``zoomattn.attention.kernels``; else ``lean`` for training on the CPU, ``recompute``
+for training elsewhere, ``plain`` without gradients). Stacked (the fused path): both branches in one
+SDPA call, stacked as heads, the adapters batched, gradients through autograd at the recompute
+path's precision (``fused.py``). Triton: the stacked path's batched adapters, and both branches'
+attention as one Triton kernel that loads V once per tile for both and shares dP = g·Vᵀ in backward
+(``triton_kernel.py``; CUDA, or Triton's interpreter). It is never chosen by default
+(``attention_kernels: fused`` runs ``stacked``): its speed is unmeasured. Plain: one SDPA call per
+branch under autograd, which keeps both branches' Qᵢ, Kᵢ, adapter activations and outputs until
+backward. Recompute (training on CUDA): an autograd function that keeps only q, k, v and, in
+backward, runs each branch again under autograd (the device's fused SDPA, the forward's dropout
+masks replayed) with the unscaled upstream gradient, adding the branches' gradients with weights
+c ± d in fp32; it costs one more forward of both branches. Lean (training on the CPU): an autograd
+function that keeps only q, k, v and each branch's output and log-sum-exp, and in backward runs the
+flash kernel's backward tile by tile (query block × key block, causal tiles only). The kernel's
+backward is exact on a tile given the rows' global output and log-sum-exp, so the tiles' gradients
+sum to the whole. Per branch it holds Kᵢ and its gradient, per tile that tile's Qᵢ block and
+gradients: beyond what plain SDPA's backward holds, ~2·|k| plus a tile's worth (an untiled backward
+would also hold the other branch's finished gradients and all of Qᵢ: ~2·|q| + 3·|k|). Its gradient
+totals are fp32 at least: in bf16, |q| + 2·|k| more.
 
 Precision. With OpAmp's gains (c = 1/2, d = K) the per-branch form (c + d)·O₀ + (c − d)·O₁
 rounds two terms ~K times the result, which then cancel: in bf16 ~10× plain SDPA's error even
@@ -49,7 +52,8 @@ from zoomattn.methods.opamp.fused import stacked_two_branch
 from zoomattn.methods.opamp.modes import combine_modes
 
 QUERY_BLOCK = 1024
-PATHS = ("plain", "lean", "recompute", "stacked")
+PATHS = ("plain", "lean", "recompute", "stacked")  # any device (lean: the CPU); the tests run all
+OPT_IN_PATHS = ("triton",)  # CUDA or Triton's interpreter; named explicitly, never chosen
 
 
 def two_branch_attention(
@@ -59,7 +63,8 @@ def two_branch_attention(
     """c·(O₀ + O₁) + d·(O₀ − O₁), Oᵢ = softmax(adapt_q(i, q)·adapt_k(i, k)ᵀ·scale + mask)V and
     (c, d) = ``gains``; shapes as ``math.sdpa``. ``params`` are the adapters' trainable tensors;
     ``adapters`` the modules behind ``adapt_q``/``adapt_k``, ((E_q⁺, E_q⁻), (E_k⁺, E_k⁻)), which
-    the stacked path batches; ``path`` one of PATHS (None: see the module docstring)."""
+    the stacked and triton paths batch; ``path`` one of PATHS or OPT_IN_PATHS (None: see the
+    module docstring)."""
     block = block or QUERY_BLOCK
     if path is None and kernels.choose("opamp", q.device) == kernels.FUSED:
         path = "stacked"
@@ -77,16 +82,19 @@ def two_branch_attention(
         return _TwoBranchAttention.apply(
             q, k, v, float_mask, scaling, tuple(gains), adapt_q, adapt_k, block, *params
         )
-    if path == "stacked":
+    if path in ("stacked", "triton"):
         if adapters is None:
-            raise ValueError("path 'stacked' batches the adapters: pass their modules (adapters=)")
-        return stacked_two_branch(q, k, v, adapters, gains, mask, scaling, block)
+            raise ValueError(f"path {path!r} batches the adapters: pass their modules (adapters=)")
+        attention = None
+        if path == "triton":  # opt-in only: imports triton
+            from zoomattn.methods.opamp.triton_kernel import two_branch_flash as attention
+        return stacked_two_branch(q, k, v, adapters, gains, mask, scaling, block, attention)
     if path == "recompute":
         return _RecomputedTwoBranch.apply(
             q, k, v, mask, scaling, tuple(gains), adapt_q, adapt_k, block, *params
         )
     if path != "plain":
-        raise ValueError(f"path: one of {PATHS}, got {path!r}")
+        raise ValueError(f"path: one of {PATHS + OPT_IN_PATHS}, got {path!r}")
     outs = [_branch(adapt_q, adapt_k, i, q, k, v, mask, scaling, block) for i in (0, 1)]
     return combine_modes(*outs, *gains)
 

@@ -1,0 +1,176 @@
+"""OpAmp's Triton kernel (methods/opamp/triton_kernel.py) against the materialised formula, values
+and gradients of Q₀, Q₁, K₀, K₁ and V, and its ``triton`` path against the ``plain`` path through
+real adapters: on the CPU through Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1
+where CUDA is absent), tiny shapes with 16×16 tiles so that every sequence spans several tiles,
+one of them ragged."""
+
+import pytest
+import torch
+
+from tests.attention.test_math import left_padding_mask
+from tests.methods.opamp.test_fused import _inputs, _layer, _values_and_grads
+from tests.methods.rectify.test_kernel_bf16 import _bf16_errors, _rel
+from tests.triton_interpreter import squeeze_interpreter_indices
+from zoomattn.attention import kernels
+from zoomattn.attention.math import attention_probs, repeat_kv, sdpa
+from zoomattn.methods.opamp import kernel
+
+triton = pytest.importorskip("triton", reason="triton is not installed (the kernel's)")
+if not triton.knobs.runtime.interpret:
+    pytest.skip(
+        "CPU tensors in Triton's interpreter: TRITON_INTERPRET=1, which tests/conftest.py sets "
+        "without CUDA (on CUDA: tests/gpu/test_opamp_fused_on_cuda.py)",
+        allow_module_level=True,
+    )
+
+squeeze_interpreter_indices()
+from zoomattn.methods.opamp.triton_kernel import two_branch_flash  # noqa: E402
+
+N, D = 24, 16  # 16 + 8: two query tiles and two key tiles, the second ragged
+GAINS = (0.5, 10.0)  # OpAmp's (A_c/2, A_d) at K = 10: branch weights 10.5 and −9.5
+# name: (B, H, H_kv, L, S, left-padding lengths or None); GQA throughout (2 query heads per KV head)
+SCENARIOS = {
+    "padded": (2, 2, 1, N, N, [N, 13]),  # 11 rows of the second sequence see no key
+    "causal_prefill": (1, 2, 1, N, N, None),
+    "decoding_step": (1, 2, 1, 1, N, None),
+}
+
+
+def _scenario(name, dtype):
+    """q_stack = [Q₀ | Q₁], k_stack = [K₀ | K₁] and v (laid out as the model's projections leave
+    it, [B, S, H_kv, D] transposed), leaves; the mask."""
+    b, h, hkv, n_q, n_k, lengths = SCENARIOS[name]
+    g = torch.Generator().manual_seed(0)
+    q_stack = torch.randn(b, 2 * h, n_q, D, generator=g).to(dtype).requires_grad_()
+    k_stack = torch.randn(b, 2 * hkv, n_k, D, generator=g).to(dtype).requires_grad_()
+    v = torch.randn(b, n_k, hkv, D, generator=g).to(dtype).transpose(1, 2).requires_grad_()
+    mask = None if lengths is None else left_padding_mask(lengths, n_k)[:, :, n_k - n_q :]
+    return (q_stack, k_stack, v), mask
+
+
+def _formula(q_stack, k_stack, v, mask):
+    """The materialised branches O₀, O₁ and output, a row with no key giving 0 (as math.sdpa)."""
+    (q0, q1), (k0, k1) = q_stack.chunk(2, dim=1), k_stack.chunk(2, dim=1)
+    v = repeat_kv(v, q0.shape[1]).to(torch.promote_types(v.dtype, torch.float32))
+    ok = torch.ones((), dtype=torch.bool) if mask is None else mask.any(-1, keepdim=True)
+    o0, o1 = ((attention_probs(q, k, mask) @ v).where(ok, 0.0) for q, k in ((q0, k0), (q1, k1)))
+    common, differential = GAINS
+    return o0, o1, (o0 + o1) * common + (o0 - o1) * differential
+
+
+def _kernel_contract(inputs, mask, fn):
+    """The output and the gradients the kernel promises for a loss weight W: q_stack's and
+    k_stack's at the UNSCALED upstream gradient (∂Σ W∘(O₀ + O₁), fused._Join's contract), v's of
+    the output (∂Σ W∘out). ``fn`` None: the formula; else the kernel."""
+    if fn is None:
+        o0, o1, out = _formula(*inputs, mask)
+    else:
+        out = fn(*inputs)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out.dtype)
+    if fn is None:
+        dq, dk = torch.autograd.grad((weight * (o0 + o1)).sum(), inputs[:2], retain_graph=True)
+        (dv,) = torch.autograd.grad((weight * out).sum(), inputs[2])
+        return out, (dq, dk, dv)
+    return out, torch.autograd.grad((out * weight).sum(), inputs)
+
+
+def _per_branch(grads):
+    """dQ₀, dQ₁, dK₀, dK₁, dV."""
+    dq, dk, dv = grads
+    return (*dq.chunk(2, dim=1), *dk.chunk(2, dim=1), dv)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_kernel_equals_materialised_formula_in_fp32_values_and_gradients(scenario):
+    """Every row, those with no key included (0 and no gradient through them)."""
+    inputs, mask = _scenario(scenario, torch.float32)
+    out, grads = _kernel_contract(inputs, mask, lambda *t: two_branch_flash(*t, GAINS, mask))
+    exact = [t.detach().double().requires_grad_() for t in inputs]
+    ref, ref_grads = _kernel_contract(exact, mask, None)
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+    for name, a, b in zip(("q0", "q1", "k0", "k1", "v"), _per_branch(grads),
+                          _per_branch(ref_grads), strict=True):  # fmt: skip
+        torch.testing.assert_close(
+            a.double(), b, atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"d{n}: {m}"
+        )
+    if mask is not None:
+        empty = ~mask.any(-1)[:, 0]  # [B, L]
+        assert empty.any() and (out.transpose(1, 2)[empty] == 0).all()
+        assert (grads[0].transpose(1, 2)[empty] == 0).all()
+
+
+def test_kernel_bf16_is_as_accurate_as_bf16_sdpa_in_values_and_gradients():
+    """Against the formula in fp64 on the same bf16 inputs, rows with no key left out, as the
+    rectified kernel's test measures it: within 1.5× plain bf16 SDPA's error."""
+    inputs, mask = _scenario("padded", torch.bfloat16)
+    ok = mask.any(-1, keepdim=True)
+    out, grads = _kernel_contract(
+        inputs, mask, lambda *t: two_branch_flash(*t, GAINS, mask).where(ok, 0.0)
+    )
+    exact = [t.detach().double().requires_grad_() for t in inputs]
+    ref, ref_grads = _kernel_contract(exact, mask, None)
+    out_error = _rel(out, ref)
+    grad_error = max(
+        _rel(a, b) for a, b in zip(_per_branch(grads), _per_branch(ref_grads), strict=True)
+    )
+    q0 = inputs[0].detach()[:, :2].requires_grad_()
+    k0, v = inputs[1].detach()[:, :1].requires_grad_(), inputs[2].detach().requires_grad_()
+    sdpa_out_error, sdpa_grad_error = _bf16_errors(
+        lambda q, k, v: sdpa(q, k, v, mask), (q0, k0, v), mask
+    )
+    assert out.dtype == torch.bfloat16
+    assert out_error <= 1.5 * sdpa_out_error, (out_error, sdpa_out_error)
+    assert grad_error <= 1.5 * sdpa_grad_error, (grad_error, sdpa_grad_error)
+
+
+@pytest.mark.parametrize("case", ["padded_prefill", "decoding_with_dropout"])
+def test_triton_path_equals_the_plain_path_through_adapters_with_parameter_gradients(case):
+    """The whole path: batched adapters (dropout's masks drawn as the plain path draws them), the
+    kernel, the branch weights applied by fused._Fork/_BranchScale; fp32, 1e-5."""
+    decoding = case == "decoding_with_dropout"
+    layer = _layer(10.0, h=2, hkv=1, d=D, dropout=0.5 if decoding else 0.0).train()
+    tensors = _inputs(h=2, hkv=1, n_q=1 if decoding else N, n_k=N, d=D)
+    mask = None if decoding else left_padding_mask([N, 13], N)
+    results = []
+    for path in ("triton", "plain"):
+        torch.manual_seed(3)
+        results.append(
+            _values_and_grads(
+                lambda *x, p=path: layer(*x, mask, path=p), tensors, list(layer.parameters())
+            )
+        )
+    (out, grads), (want, want_grads) = results
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+    for g, w in zip(grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-5 * w.abs().max().item(), rtol=1e-5)
+
+
+def test_fused_setting_never_selects_the_triton_path(monkeypatch):
+    """``attention_kernels: fused`` (kernels.choose says fused) runs the stacked path: SDPA, not
+    the Triton kernel, which only ``path="triton"`` runs."""
+    calls = []
+    monkeypatch.setattr(kernel, "stacked_two_branch", lambda *a: calls.append(a[-1]) or a[0])
+    monkeypatch.setattr(kernels, "choose", lambda method, device: kernels.FUSED)
+    layer = _layer(5.0, h=2, hkv=1, d=D)
+    tensors = _inputs(h=2, hkv=1, n_q=1, n_k=N, d=D)
+    layer(*tensors)
+    layer(*tensors, path="triton")
+    assert calls[0] is None and calls[1] is two_branch_flash
+
+
+def test_kernel_rejects_float64_mismatched_heads_a_bad_mask_and_missing_adapters_naming_them():
+    (q_stack, k_stack, v), mask = _scenario("padded", torch.float32)
+    with pytest.raises(ValueError, match="float64"):
+        two_branch_flash(q_stack.double(), k_stack.double(), v.double(), GAINS)
+    with pytest.raises(ValueError, match="k_stack"):
+        two_branch_flash(q_stack, k_stack[:, :1], v, GAINS, mask)
+    with pytest.raises(ValueError, match="q_stack"):
+        two_branch_flash(q_stack[:, :3], k_stack, v, GAINS, mask)
+    with pytest.raises(ValueError, match="mask"):
+        two_branch_flash(q_stack, k_stack, v, GAINS, mask[:, :, :, :-1])
+    layer = _layer(5.0, h=2, hkv=1, d=D)
+    with pytest.raises(ValueError, match="adapters="):
+        kernel.two_branch_attention(
+            *_inputs(h=2, hkv=1, d=D), layer.adapt_q, layer.adapt_k, GAINS, (), path="triton"
+        )

@@ -1,0 +1,368 @@
+"""OpAmp's two branches of attention as one Triton kernel, flash-attention style (forward and
+backward), for CUDA: the ``triton`` path of ``kernel.two_branch_attention``. Opt-in only (no
+setting selects it; ``attention_kernels: fused`` runs the ``stacked`` path): unmeasured when
+written (no GPU at hand). Written after FlashAttention-2 (Dao, 2023) and Triton's fused-attention
+tutorial, with the rectified kernel's conventions (``rectify/triton_kernel.py``); the sharing
+between the branches follows the idea of ``aharbi/triton-diff-attn`` (our own code).
+
+    out = c·(O₀ + O₁) + d·(O₀ − O₁) = w₀·O₀ + w₁·O₁,  Oᵢ = softmax(QᵢKᵢᵀ·s + mask)·V,  wᵢ = c ± d
+
+The inputs are the stacked path's (``fused.py``): ``q_stack`` = [Q₀ | Q₁] ``[B, 2H, L, D]``,
+``k_stack`` = [K₀ | K₁] ``[B, 2H_kv, S, D]``, and V ``[B, H_kv, S, D]`` once (query head h of
+either branch reads KV head h // (H / H_kv) of its branch).
+
+Forward, per query tile: one pass over the key tiles, each tile's K₀, K₁ and V loaded once, two
+online softmaxes (m, l and acc per branch); the output combined in fp32 from the accumulators and
+rounded once. Kept for backward: O₀, O₁ (input dtype) and each row's log-sum-exp per branch.
+
+Backward, with g the upstream gradient, Pᵢ recomputed from the log-sum-exp:
+
+    dP = g·Vᵀ                        (once per tile: the same for both branches)
+    dSᵢ = Pᵢ ∘ (dP − Δᵢ),  Δᵢ = rowsum(g ∘ Oᵢ)
+    dQᵢ = s·dSᵢ·Kᵢ,  dKᵢ = s·dSᵢᵀ·Qᵢ,  dV = (w₀P₀ + w₁P₁)ᵀ·g
+
+dQᵢ and dKᵢ are taken at the unscaled g, each branch as if its Oᵢ were the output: the contract of
+``fused._Join``, whose weights are applied where the branches meet (``_Fork`` sums w₀·dx₀ + w₁·dx₁
+in fp32 and rounds once; ``_BranchScale`` scales the adapters' weights), so in bf16 they round back
+exactly where the branches agree. V is not behind a ``_Fork`` here: its gradient carries the
+weights itself, w₀P₀ + w₁P₁ formed in fp32 and ONE dot with g, rounded once. (Two unscaled dV₀,
+dV₁ rounded to bf16 and summed by ``_Fork`` would carry each rounding times |wᵢ| ≈ K.) Two kernels,
+as the rectified one: one per key tile (dK₀, dK₁, dV over its GQA group's query heads and query
+tiles: no atomics), one per query tile (dQ₀, dQ₁); causal tiles are skipped.
+
+A row the mask leaves no key gives 0 and no gradient, as ``math.sdpa`` (and so the stacked path)
+gives it: its log-sum-exp is +inf, so its P is 0 in backward.
+
+Precision as the rectified kernel: scores, softmax and accumulation in fp32 (IEEE fp32 dot products
+for fp32 inputs). In backward, P, w₀P₀ + w₁P₁ and dS enter their dot products with g, K, Q rounded
+once to the input dtype, as FlashAttention does; in the forward P meets V in two bf16 parts
+(``rectify``'s ``dot_split``). Measured in bf16 against plain bf16 SDPA's error
+(tests/methods/opamp/test_triton_kernel.py): output 0.97× with the split, 1.36× rounded once
+(close to the 1.5× bound: the output is two branches weighted ±K); gradients 1.13× rounded once,
+0.95× with the split, so the backward keeps the cheaper dot products.
+Memory beyond the inputs: the output, O₀ and O₁ (2·|q|) and 2·B·H·L log-sum-exps.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from zoomattn.attention.math import causal_flag
+from zoomattn.methods.opamp.triton_tiles import (
+    allowed_keys,
+    dot_rounded,
+    finish,
+    online_softmax,
+    scores,
+)
+from zoomattn.methods.rectify.triton_kernel import _mask_arg
+from zoomattn.methods.rectify.triton_tiles import cast, dot
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@triton.jit
+def _forward(
+    Q, K, V, OUT, O_BRANCH, LSE, MASK,
+    sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, sv_b, sv_h, sv_l, sv_d,
+    so_b, so_h, so_l, so_d, sm_b, sm_l,
+    n_heads, n_kv, group, n_q, n_k, head_dim, offset, scale, common, differential,
+    CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    pid_m, bh = tl.program_id(0), tl.program_id(1)
+    b, h = bh // n_heads, bh % n_heads
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    rows_ok = (offs_m[:, None] < n_q) & (offs_d[None, :] < head_dim)
+    rows0 = b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_d[None, :] * sq_d
+    rows1 = rows0 + n_heads * sq_h  # the same head of branch 1
+    q0 = tl.load(Q + rows0, mask=rows_ok, other=0.0)
+    q1 = tl.load(Q + rows1, mask=rows_ok, other=0.0)
+    k_head = b * sk_b + (h // group) * sk_h
+    v_head = b * sv_b + (h // group) * sv_h
+    mask_rows = MASK + b * sm_b + offs_m[:, None] * sm_l
+
+    m0 = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l0 = tl.zeros([BLOCK_M], tl.float32)
+    l1 = tl.zeros([BLOCK_M], tl.float32)
+    acc0 = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    acc1 = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    end = n_k
+    if CAUSAL:  # keys past the tile's last row (+ offset) are masked for all its rows
+        end = tl.minimum(n_k, (pid_m + 1) * BLOCK_M + offset)
+    for start_n in range(0, end, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        cols_ok = (offs_n[:, None] < n_k) & (offs_d[None, :] < head_dim)
+        k_cols = k_head + offs_n[:, None] * sk_l + offs_d[None, :] * sk_d
+        k0 = tl.load(K + k_cols, mask=cols_ok, other=0.0)
+        k1 = tl.load(K + k_cols + n_kv * sk_h, mask=cols_ok, other=0.0)
+        v_cols = v_head + offs_n[:, None] * sv_l + offs_d[None, :] * sv_d
+        v = tl.load(V + v_cols, mask=cols_ok, other=0.0)
+        allowed = allowed_keys(offs_m, offs_n, mask_rows, n_q, n_k, offset, CAUSAL, HAS_MASK)
+        z0 = scores(q0, k0, allowed, scale, PRECISION, UPCAST)
+        z1 = scores(q1, k1, allowed, scale, PRECISION, UPCAST)
+        m0, l0, acc0 = online_softmax(z0, m0, l0, acc0, v, PRECISION, UPCAST)
+        m1, l1, acc1 = online_softmax(z1, m1, l1, acc1, v, PRECISION, UPCAST)
+    o0, lse0 = finish(m0, l0, acc0)
+    o1, lse1 = finish(m1, l1, acc1)
+    out = (o0 + o1) * common + (o0 - o1) * differential  # combine_modes, in fp32, rounded once
+    out_rows = b * so_b + h * so_h + offs_m[:, None] * so_l + offs_d[None, :] * so_d
+    tl.store(OUT + out_rows, cast(out, OUT.dtype.element_ty, UPCAST), mask=rows_ok)
+    tl.store(O_BRANCH + rows0, cast(o0, O_BRANCH.dtype.element_ty, UPCAST), mask=rows_ok)
+    tl.store(O_BRANCH + rows1, cast(o1, O_BRANCH.dtype.element_ty, UPCAST), mask=rows_ok)
+    stats0 = (b * 2 * n_heads + h) * n_q + offs_m
+    tl.store(LSE + stats0, lse0, mask=offs_m < n_q)
+    tl.store(LSE + stats0 + n_heads * n_q, lse1, mask=offs_m < n_q)
+
+
+@triton.jit
+def _backward_kv(
+    Q, K, V, DO, LSE, DELTA, DK, DV, MASK,
+    sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, sv_b, sv_h, sv_l, sv_d,
+    so_b, so_h, so_l, so_d, sm_b, sm_l,
+    n_heads, n_kv, group, n_q, n_k, head_dim, offset, scale, w0, w1,
+    CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """dK₀, dK₁ and dV of one key tile of one KV head: over its group's query heads and tiles."""
+    pid_n, bk = tl.program_id(0), tl.program_id(1)
+    b, hk = bk // n_kv, bk % n_kv
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    cols_ok = (offs_n[:, None] < n_k) & (offs_d[None, :] < head_dim)
+    k_cols0 = b * sk_b + hk * sk_h + offs_n[:, None] * sk_l + offs_d[None, :] * sk_d
+    k_cols1 = k_cols0 + n_kv * sk_h
+    v_cols = b * sv_b + hk * sv_h + offs_n[:, None] * sv_l + offs_d[None, :] * sv_d
+    k0 = tl.load(K + k_cols0, mask=cols_ok, other=0.0)
+    k1 = tl.load(K + k_cols1, mask=cols_ok, other=0.0)
+    v = tl.load(V + v_cols, mask=cols_ok, other=0.0)
+    dk0 = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dk1 = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    first = 0
+    if CAUSAL:  # rows before pid_n·BLOCK_N − offset see none of these keys
+        first = (tl.maximum(pid_n * BLOCK_N - offset, 0) // BLOCK_M) * BLOCK_M
+    for j in range(0, group):
+        h = hk * group + j
+        for start_m in range(first, n_q, BLOCK_M):
+            offs_m = start_m + tl.arange(0, BLOCK_M)
+            rows_ok = (offs_m[:, None] < n_q) & (offs_d[None, :] < head_dim)
+            rows0 = b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_d[None, :] * sq_d
+            q0 = tl.load(Q + rows0, mask=rows_ok, other=0.0)
+            q1 = tl.load(Q + rows0 + n_heads * sq_h, mask=rows_ok, other=0.0)
+            do_rows = b * so_b + h * so_h + offs_m[:, None] * so_l + offs_d[None, :] * so_d
+            do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
+            stats0 = (b * 2 * n_heads + h) * n_q + offs_m
+            ok = offs_m < n_q
+            lse0 = tl.load(LSE + stats0, mask=ok, other=float("inf"))
+            lse1 = tl.load(LSE + stats0 + n_heads * n_q, mask=ok, other=float("inf"))
+            delta0 = tl.load(DELTA + stats0, mask=ok, other=0.0)
+            delta1 = tl.load(DELTA + stats0 + n_heads * n_q, mask=ok, other=0.0)
+            allowed = allowed_keys(
+                offs_m, offs_n, MASK + b * sm_b + offs_m[:, None] * sm_l, n_q, n_k, offset,
+                CAUSAL, HAS_MASK,
+            )  # fmt: skip
+            p0 = tl.exp(scores(q0, k0, allowed, scale, PRECISION, UPCAST) - lse0[:, None])
+            p1 = tl.exp(scores(q1, k1, allowed, scale, PRECISION, UPCAST) - lse1[:, None])
+            dv += dot_rounded(tl.trans(p0 * w0 + p1 * w1), do, PRECISION, UPCAST)
+            dp = dot(do, tl.trans(v), PRECISION, UPCAST)  # shared by the branches
+            dk0 += dot_rounded(tl.trans(p0 * (dp - delta0[:, None])), q0, PRECISION, UPCAST)
+            dk1 += dot_rounded(tl.trans(p1 * (dp - delta1[:, None])), q1, PRECISION, UPCAST)
+    tl.store(DK + k_cols0, cast(dk0 * scale, DK.dtype.element_ty, UPCAST), mask=cols_ok)
+    tl.store(DK + k_cols1, cast(dk1 * scale, DK.dtype.element_ty, UPCAST), mask=cols_ok)
+    tl.store(DV + v_cols, cast(dv, DV.dtype.element_ty, UPCAST), mask=cols_ok)
+
+
+@triton.jit
+def _backward_q(
+    Q, K, V, DO, LSE, DELTA, DQ, MASK,
+    sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, sv_b, sv_h, sv_l, sv_d,
+    so_b, so_h, so_l, so_d, sm_b, sm_l,
+    n_heads, n_kv, group, n_q, n_k, head_dim, offset, scale,
+    CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """dQ₀ and dQ₁ of one query tile of one query head: over the key tiles it sees."""
+    pid_m, bh = tl.program_id(0), tl.program_id(1)
+    b, h = bh // n_heads, bh % n_heads
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    rows_ok = (offs_m[:, None] < n_q) & (offs_d[None, :] < head_dim)
+    rows0 = b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_d[None, :] * sq_d
+    rows1 = rows0 + n_heads * sq_h
+    q0 = tl.load(Q + rows0, mask=rows_ok, other=0.0)
+    q1 = tl.load(Q + rows1, mask=rows_ok, other=0.0)
+    do_rows = b * so_b + h * so_h + offs_m[:, None] * so_l + offs_d[None, :] * so_d
+    do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
+    stats0 = (b * 2 * n_heads + h) * n_q + offs_m
+    ok = offs_m < n_q
+    lse0 = tl.load(LSE + stats0, mask=ok, other=float("inf"))
+    lse1 = tl.load(LSE + stats0 + n_heads * n_q, mask=ok, other=float("inf"))
+    delta0 = tl.load(DELTA + stats0, mask=ok, other=0.0)
+    delta1 = tl.load(DELTA + stats0 + n_heads * n_q, mask=ok, other=0.0)
+    k_head = b * sk_b + (h // group) * sk_h
+    v_head = b * sv_b + (h // group) * sv_h
+    mask_rows = MASK + b * sm_b + offs_m[:, None] * sm_l
+    dq0 = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    dq1 = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    end = n_k
+    if CAUSAL:
+        end = tl.minimum(n_k, (pid_m + 1) * BLOCK_M + offset)
+    for start_n in range(0, end, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        cols_ok = (offs_n[:, None] < n_k) & (offs_d[None, :] < head_dim)
+        k_cols = k_head + offs_n[:, None] * sk_l + offs_d[None, :] * sk_d
+        k0 = tl.load(K + k_cols, mask=cols_ok, other=0.0)
+        k1 = tl.load(K + k_cols + n_kv * sk_h, mask=cols_ok, other=0.0)
+        v_cols = v_head + offs_n[:, None] * sv_l + offs_d[None, :] * sv_d
+        v = tl.load(V + v_cols, mask=cols_ok, other=0.0)
+        allowed = allowed_keys(offs_m, offs_n, mask_rows, n_q, n_k, offset, CAUSAL, HAS_MASK)
+        p0 = tl.exp(scores(q0, k0, allowed, scale, PRECISION, UPCAST) - lse0[:, None])
+        p1 = tl.exp(scores(q1, k1, allowed, scale, PRECISION, UPCAST) - lse1[:, None])
+        dp = dot(do, tl.trans(v), PRECISION, UPCAST)  # shared by the branches
+        dq0 += dot_rounded(p0 * (dp - delta0[:, None]), k0, PRECISION, UPCAST)
+        dq1 += dot_rounded(p1 * (dp - delta1[:, None]), k1, PRECISION, UPCAST)
+    tl.store(DQ + rows0, cast(dq0 * scale, DQ.dtype.element_ty, UPCAST), mask=rows_ok)
+    tl.store(DQ + rows1, cast(dq1 * scale, DQ.dtype.element_ty, UPCAST), mask=rows_ok)
+
+
+# --- host side -----------------------------------------------------------------------------------
+
+
+def _tiles(device: torch.device) -> dict[str, tuple[int, int, int, int]]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel. On CUDA a fixed table, chosen
+    without a GPU as the largest tiles for which ptxas, compiling for sm_90 at head dim 128 in
+    bf16, reported no register spills (92 bytes in the key-tile kernel with a padding mask):
+    each kernel holds two query and two key tiles, so 32×32 with 8 warps (64-row tiles spill
+    200–3500 bytes). Speed unmeasured. Elsewhere (Triton's interpreter) 16×16, so short test
+    sequences span several tiles."""
+    if device.type != "cuda":
+        return {"forward": (16, 16, 1, 1), "kv": (16, 16, 1, 1), "q": (16, 16, 1, 1)}
+    return {"forward": (32, 32, 8, 2), "kv": (32, 32, 8, 2), "q": (32, 32, 8, 2)}
+
+
+def _check_inputs(q_stack, k_stack, v) -> None:
+    if not (q_stack.dtype == k_stack.dtype == v.dtype) or q_stack.dtype not in DTYPES:
+        dtypes = sorted({str(t.dtype) for t in (q_stack, k_stack, v)})
+        raise ValueError(
+            f"OpAmp's Triton kernel: q_stack, k_stack, v of one dtype among fp16/bf16/fp32, got "
+            f"{', '.join(dtypes)}"
+        )
+    if q_stack.device.type != "cuda" and not triton.knobs.runtime.interpret:
+        raise ValueError(
+            f"OpAmp's Triton kernel runs on CUDA (or on the CPU in Triton's interpreter, "
+            f"TRITON_INTERPRET=1, set before import), got tensors on {q_stack.device}"
+        )
+    if q_stack.dim() != 4 or k_stack.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"q_stack, k_stack, v: 4-d, got {q_stack.shape}, {k_stack.shape}, "
+                         f"{v.shape}")  # fmt: skip
+    (b, h2, _, d), (n_kv, n_k) = q_stack.shape, v.shape[1:3]
+    if tuple(k_stack.shape) != (b, 2 * n_kv, n_k, d) or v.shape[0] != b or v.shape[3] != d:
+        raise ValueError(
+            f"k_stack [B, 2·H_kv, S, D] and v [B, H_kv, S, D] with q_stack's B and D, got "
+            f"{tuple(k_stack.shape)}, {tuple(v.shape)} for q_stack {tuple(q_stack.shape)}"
+        )
+    if h2 % 2 or (h2 // 2) % n_kv:
+        raise ValueError(f"q_stack: [B, 2·H, L, D], H a multiple of H_kv={n_kv}; got {h2} heads")
+    if d > 128:
+        raise ValueError(f"OpAmp's Triton kernel: head dim ≤ 128, got {d}")
+
+
+def _sizes(q, v, mask, spec: dict) -> tuple[list, dict]:
+    """Every kernel's strides of the mask and sizes after the tensors' strides, and constexprs."""
+    b, h2, n_q, d = q.shape
+    n_kv, n_k = v.shape[1], v.shape[2]
+    mask_strides = (0, 0) if mask is None else (mask.stride(0), mask.stride(2))
+    sizes = [*mask_strides, h2 // 2, n_kv, h2 // 2 // n_kv, n_q, n_k, d, n_k - n_q, spec["scale"]]
+    constexprs = {
+        "CAUSAL": spec["causal"],
+        "HAS_MASK": mask is not None,
+        "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
+        "UPCAST": bool(triton.knobs.runtime.interpret),
+        "BLOCK_D": max(16, triton.next_power_of_2(d)),
+    }
+    return sizes, constexprs
+
+
+def _launch(kernel, grid, tensors, strided, sizes, constexprs, tile):
+    block_m, block_n, warps, stages = tile
+    strides = [s for t in strided for s in t.stride()]
+    kernel[grid](
+        *tensors, *strides, *sizes, **constexprs,
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages,
+    )  # fmt: skip
+
+
+class _TwoBranchFlash(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, mask, spec):
+        b, h2, n_q, d = q.shape
+        out = q.new_empty(b, h2 // 2, n_q, d)
+        o_branch = torch.empty_like(q)  # O₀ | O₁, strided as q
+        lse = torch.empty(b, h2, n_q, device=q.device, dtype=torch.float32)
+        sizes, constexprs = _sizes(q, v, mask, spec)
+        tile = spec["tiles"]["forward"]
+        _launch(
+            _forward, (triton.cdiv(n_q, tile[0]), b * h2 // 2),
+            (q, k, v, out, o_branch, lse, q if mask is None else mask), (q, k, v, out),
+            [*sizes, spec["common"], spec["differential"]], constexprs, tile,
+        )  # fmt: skip
+        ctx.save_for_backward(q, k, v, o_branch, lse, mask)
+        ctx.spec = spec
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, o_branch, lse, mask = ctx.saved_tensors
+        spec = ctx.spec
+        b, h2, n_q, _ = q.shape
+        n_kv, n_k = v.shape[1], v.shape[2]
+        g = grad.float()
+        delta = torch.cat([(o.float() * g).sum(-1) for o in o_branch.chunk(2, dim=1)], 1)
+        dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+        sizes, constexprs = _sizes(q, v, mask, spec)
+        mask_arg = q if mask is None else mask
+        strided = (q, k, v, grad)
+        tile = spec["tiles"]["kv"]
+        _launch(
+            _backward_kv, (triton.cdiv(n_k, tile[1]), b * n_kv),
+            (q, k, v, grad, lse, delta.contiguous(), dk, dv, mask_arg), strided,
+            [*sizes, *spec["weights"]], constexprs, tile,
+        )  # fmt: skip
+        tile = spec["tiles"]["q"]
+        _launch(
+            _backward_q, (triton.cdiv(n_q, tile[0]), b * h2 // 2),
+            (q, k, v, grad, lse, delta.contiguous(), dq, mask_arg), strided, sizes, constexprs,
+            tile,
+        )  # fmt: skip
+        return dq, dk, dv, None, None
+
+
+def two_branch_flash(q_stack, k_stack, v, gains, mask=None, scaling=None, tiles=None):
+    """c·(O₀ + O₁) + d·(O₀ − O₁), Oᵢ = softmax(QᵢKᵢᵀ·s + mask)·V, by the Triton kernel, with
+    q_stack = [Q₀ | Q₁] ``[B, 2H, L, D]``, k_stack = [K₀ | K₁] ``[B, 2H_kv, S, D]``, v
+    ``[B, H_kv, S, D]``, (c, d) = ``gains``; mask as ``math.sdpa`` (None: causal prefill, or one
+    decoding step over every key). Gradients: v's of the output; q_stack's and k_stack's at the
+    UNSCALED upstream gradient, per branch (``fused._Join``'s contract: see the module
+    docstring). ``tiles`` overrides ``_tiles`` (benchmarks, tests)."""
+    _check_inputs(q_stack, k_stack, v)
+    q_stack, k_stack = q_stack.contiguous(), k_stack.contiguous()
+    if not (v.is_contiguous() or v.transpose(1, 2).is_contiguous()):
+        v = v.contiguous()  # dense, so that empty_like gives its gradient the same strides
+    n_q, n_k = q_stack.shape[2], k_stack.shape[2]
+    common, differential = (float(x) for x in gains)
+    spec = {
+        "scale": q_stack.shape[-1] ** -0.5 if scaling is None else float(scaling),
+        "causal": causal_flag(mask, n_q, n_k),
+        "common": common,
+        "differential": differential,
+        "weights": (common + differential, common - differential),
+        "tiles": tiles or _tiles(q_stack.device),
+    }
+    return _TwoBranchFlash.apply(
+        q_stack, k_stack, v, _mask_arg(mask, q_stack.shape[0], n_q, n_k), spec
+    )
