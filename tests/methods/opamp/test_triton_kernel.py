@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tests.attention.test_math import left_padding_mask
+from tests.attention.test_tile_ranges import scattered_mask
 from tests.methods.opamp.test_fused import _inputs, _layer, _values_and_grads
 from tests.methods.rectify.test_kernel_bf16 import _bf16_errors, _rel
 from tests.triton_interpreter import squeeze_interpreter_indices
@@ -83,7 +84,16 @@ def _per_branch(grads):
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_kernel_equals_materialised_formula_in_fp32_values_and_gradients(scenario):
     """Every row, those with no key included (0 and no gradient through them)."""
-    inputs, mask = _scenario(scenario, torch.float32)
+    _assert_kernel_is_formula(*_scenario(scenario, torch.float32))
+
+
+def test_kernel_with_a_scattered_mask_and_empty_tiles_equals_materialised_formula():
+    """Tiles the mask rules out are skipped (attention/tile_ranges.py): nothing else changes."""
+    inputs, _ = _scenario("padded", torch.float32)
+    _assert_kernel_is_formula(inputs, scattered_mask(N, N))
+
+
+def _assert_kernel_is_formula(inputs, mask):
     out, grads = _kernel_contract(inputs, mask, lambda *t: two_branch_flash(*t, GAINS, mask))
     exact = [t.detach().double().requires_grad_() for t in inputs]
     ref, ref_grads = _kernel_contract(exact, mask, None)

@@ -6,9 +6,9 @@ that every sequence spans several tiles, one of them ragged."""
 import pytest
 import torch
 
+from tests.attention.test_tile_ranges import scattered_mask
 from tests.methods.rectify.test_kernel import _inputs, left_padding_mask
 from tests.methods.rectify.test_kernel_bf16 import _bf16_errors, _rel
-from tests.methods.rectify.test_tile_ranges import scattered_mask
 from tests.triton_interpreter import squeeze_interpreter_indices
 from zoomattn.attention import kernels
 from zoomattn.attention.math import sdpa

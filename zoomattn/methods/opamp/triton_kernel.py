@@ -50,22 +50,21 @@ import triton
 import triton.language as tl
 
 from zoomattn.attention.math import causal_flag
+from zoomattn.attention.tile_ranges import check_mask, launch_arg, mask_arg, tile_ranges
+from zoomattn.attention.triton_tiles import allowed_keys, cast, dot, key_range, query_range
 from zoomattn.methods.opamp.triton_tiles import (
-    allowed_keys,
     dot_rounded,
     finish,
     online_softmax,
     scores,
 )
-from zoomattn.methods.rectify.triton_kernel import _mask_arg
-from zoomattn.methods.rectify.triton_tiles import cast, dot
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 @triton.jit
 def _forward(
-    Q, K, V, OUT, O_BRANCH, LSE, MASK,
+    Q, K, V, OUT, O_BRANCH, LSE, MASK, RANGES,
     sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, sv_b, sv_h, sv_l, sv_d,
     so_b, so_h, so_l, so_d, sm_b, sm_l,
     n_heads, n_kv, group, n_q, n_k, head_dim, offset, scale, common, differential,
@@ -91,10 +90,8 @@ def _forward(
     l1 = tl.zeros([BLOCK_M], tl.float32)
     acc0 = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     acc1 = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    end = n_k
-    if CAUSAL:  # keys past the tile's last row (+ offset) are masked for all its rows
-        end = tl.minimum(n_k, (pid_m + 1) * BLOCK_M + offset)
-    for start_n in range(0, end, BLOCK_N):
+    start, end = key_range(RANGES, b, pid_m, n_k, offset, CAUSAL, HAS_MASK, BLOCK_M)
+    for start_n in range(start, end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         cols_ok = (offs_n[:, None] < n_k) & (offs_d[None, :] < head_dim)
         k_cols = k_head + offs_n[:, None] * sk_l + offs_d[None, :] * sk_d
@@ -121,7 +118,7 @@ def _forward(
 
 @triton.jit
 def _backward_kv(
-    Q, K, V, DO, LSE, DELTA, DK, DV, MASK,
+    Q, K, V, DO, LSE, DELTA, DK, DV, MASK, RANGES,
     sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, sv_b, sv_h, sv_l, sv_d,
     so_b, so_h, so_l, so_d, sm_b, sm_l,
     n_heads, n_kv, group, n_q, n_k, head_dim, offset, scale, w0, w1,
@@ -143,12 +140,10 @@ def _backward_kv(
     dk0 = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dk1 = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    first = 0
-    if CAUSAL:  # rows before pid_n·BLOCK_N − offset see none of these keys
-        first = (tl.maximum(pid_n * BLOCK_N - offset, 0) // BLOCK_M) * BLOCK_M
+    first, last = query_range(RANGES, b, pid_n, n_q, offset, CAUSAL, HAS_MASK, BLOCK_N, BLOCK_M)
     for j in range(0, group):
         h = hk * group + j
-        for start_m in range(first, n_q, BLOCK_M):
+        for start_m in range(first, last, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
             rows_ok = (offs_m[:, None] < n_q) & (offs_d[None, :] < head_dim)
             rows0 = b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_d[None, :] * sq_d
@@ -179,7 +174,7 @@ def _backward_kv(
 
 @triton.jit
 def _backward_q(
-    Q, K, V, DO, LSE, DELTA, DQ, MASK,
+    Q, K, V, DO, LSE, DELTA, DQ, MASK, RANGES,
     sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, sv_b, sv_h, sv_l, sv_d,
     so_b, so_h, so_l, so_d, sm_b, sm_l,
     n_heads, n_kv, group, n_q, n_k, head_dim, offset, scale,
@@ -209,10 +204,8 @@ def _backward_q(
     mask_rows = MASK + b * sm_b + offs_m[:, None] * sm_l
     dq0 = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dq1 = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    end = n_k
-    if CAUSAL:
-        end = tl.minimum(n_k, (pid_m + 1) * BLOCK_M + offset)
-    for start_n in range(0, end, BLOCK_N):
+    start, end = key_range(RANGES, b, pid_m, n_k, offset, CAUSAL, HAS_MASK, BLOCK_M)
+    for start_n in range(start, end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         cols_ok = (offs_n[:, None] < n_k) & (offs_d[None, :] < head_dim)
         k_cols = k_head + offs_n[:, None] * sk_l + offs_d[None, :] * sk_d
@@ -301,6 +294,8 @@ class _TwoBranchFlash(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, spec):
         b, h2, n_q, d = q.shape
+        ranges = {} if mask is None else tile_ranges(mask, spec["tiles"])
+        mask = mask_arg(mask)
         out = q.new_empty(b, h2 // 2, n_q, d)
         o_branch = torch.empty_like(q)  # O₀ | O₁, strided as q
         lse = torch.empty(b, h2, n_q, device=q.device, dtype=torch.float32)
@@ -308,11 +303,13 @@ class _TwoBranchFlash(torch.autograd.Function):
         tile = spec["tiles"]["forward"]
         _launch(
             _forward, (triton.cdiv(n_q, tile[0]), b * h2 // 2),
-            (q, k, v, out, o_branch, lse, q if mask is None else mask), (q, k, v, out),
+            (q, k, v, out, o_branch, lse, launch_arg(mask, q),
+             launch_arg(ranges.get("forward"), q)),
+            (q, k, v, out),
             [*sizes, spec["common"], spec["differential"]], constexprs, tile,
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, o_branch, lse, mask)
-        ctx.spec = spec
+        ctx.spec, ctx.ranges = spec, ranges
         return out
 
     @staticmethod
@@ -325,19 +322,20 @@ class _TwoBranchFlash(torch.autograd.Function):
         delta = torch.cat([(o.float() * g).sum(-1) for o in o_branch.chunk(2, dim=1)], 1)
         dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
         sizes, constexprs = _sizes(q, v, mask, spec)
-        mask_arg = q if mask is None else mask
+        mask, ranges = launch_arg(mask, q), ctx.ranges
         strided = (q, k, v, grad)
         tile = spec["tiles"]["kv"]
         _launch(
             _backward_kv, (triton.cdiv(n_k, tile[1]), b * n_kv),
-            (q, k, v, grad, lse, delta.contiguous(), dk, dv, mask_arg), strided,
+            (q, k, v, grad, lse, delta.contiguous(), dk, dv, mask, launch_arg(ranges.get("kv"), q)),
+            strided,
             [*sizes, *spec["weights"]], constexprs, tile,
         )  # fmt: skip
         tile = spec["tiles"]["q"]
         _launch(
             _backward_q, (triton.cdiv(n_q, tile[0]), b * h2 // 2),
-            (q, k, v, grad, lse, delta.contiguous(), dq, mask_arg), strided, sizes, constexprs,
-            tile,
+            (q, k, v, grad, lse, delta.contiguous(), dq, mask, launch_arg(ranges.get("q"), q)),
+            strided, sizes, constexprs, tile,
         )  # fmt: skip
         return dq, dk, dv, None, None
 
@@ -364,5 +362,5 @@ def two_branch_flash(q_stack, k_stack, v, gains, mask=None, scaling=None, tiles=
         "tiles": tiles or _tiles(q_stack.device),
     }
     return _TwoBranchFlash.apply(
-        q_stack, k_stack, v, _mask_arg(mask, q_stack.shape[0], n_q, n_k), spec
+        q_stack, k_stack, v, check_mask(mask, q_stack.shape[0], n_q, n_k), spec
     )

@@ -7,21 +7,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from zoomattn.methods.rectify.triton_tiles import cast, dot, dot_split
-
-
-@triton.jit
-def allowed_keys(offs_m, offs_n, mask_rows, n_q, n_k, offset, CAUSAL: tl.constexpr,
-             HAS_MASK: tl.constexpr):  # fmt: skip
-    """Where query rows offs_m may attend to keys offs_n (both branches: one mask)."""
-    key_exists = offs_n[None, :] < n_k
-    allowed = key_exists
-    if CAUSAL:
-        allowed = allowed & (offs_n[None, :] <= offs_m[:, None] + offset)
-    if HAS_MASK:
-        in_bounds = (offs_m[:, None] < n_q) & key_exists
-        allowed = allowed & (tl.load(mask_rows + offs_n[None, :], mask=in_bounds, other=0) != 0)
-    return allowed
+from zoomattn.attention.triton_tiles import cast, dot, dot_split
 
 
 @triton.jit

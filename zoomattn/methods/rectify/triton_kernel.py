@@ -44,16 +44,9 @@ import triton
 import triton.language as tl
 
 from zoomattn.attention.math import causal_flag
-from zoomattn.methods.rectify.tile_ranges import tile_ranges
-from zoomattn.methods.rectify.triton_tiles import (
-    G_KINDS,
-    cast,
-    dot,
-    dot_split,
-    key_range,
-    query_range,
-    tile_scores,
-)
+from zoomattn.attention.tile_ranges import check_mask, launch_arg, mask_arg, tile_ranges
+from zoomattn.attention.triton_tiles import cast, dot, dot_split, key_range, query_range
+from zoomattn.methods.rectify.triton_tiles import G_KINDS, tile_scores
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -232,24 +225,6 @@ def _dense_pair(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return a, b
 
 
-def _check_mask(mask, bsz: int, n_q: int, n_k: int) -> torch.Tensor | None:
-    """The boolean mask as ``[B, 1, L, S]`` (a batch of one broadcast), checked."""
-    if mask is None:
-        return None
-    if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1:
-        raise ValueError(f"mask: boolean [B, 1, L, S], got {mask.dtype} {tuple(mask.shape)}")
-    if tuple(mask.shape[2:]) != (n_q, n_k) or mask.shape[0] not in (1, bsz):
-        raise ValueError(f"mask: shape {tuple(mask.shape)} does not fit B={bsz}, L={n_q}, S={n_k}")
-    return mask.expand(bsz, 1, n_q, n_k)
-
-
-def _mask_arg(mask) -> torch.Tensor | None:
-    """The mask as the kernels read it: bytes, unit stride along the keys."""
-    if mask is None:
-        return None
-    return (mask if mask.stride(-1) == 1 else mask.contiguous()).view(torch.uint8)
-
-
 def _check_inputs(q, u, k, v) -> None:
     if not (q.dtype == u.dtype == k.dtype == v.dtype) or q.dtype not in DTYPES:
         dtypes = sorted({str(t.dtype) for t in (q, u, k, v)})
@@ -292,11 +267,6 @@ def _common(q, k, mask, spec: dict) -> tuple[list, list, dict]:
     return args, sizes, constexprs
 
 
-def _or(tensor, placeholder):
-    """``tensor``, or where absent a pointer the kernel never reads (its constexpr is off)."""
-    return placeholder if tensor is None else tensor
-
-
 def _launch_options(tile) -> dict:
     block_m, block_n, warps, stages = tile
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
@@ -309,16 +279,17 @@ class _FusedRectified(torch.autograd.Function):
         o = torch.empty_like(q)
         m = torch.empty(b, n_heads, n_q, device=q.device, dtype=torch.float32)
         l_sum = torch.empty_like(m)
-        mask_arg = _mask_arg(mask)
+        mask_bytes = mask_arg(mask)
         ranges = {} if mask is None else tile_ranges(mask, spec["tiles"])
-        strides, sizes, constexprs = _common(q, k, mask_arg, spec)
+        strides, sizes, constexprs = _common(q, k, mask_bytes, spec)
         tile = spec["tiles"]["forward"]
         grid = (triton.cdiv(n_q, tile[0]), b * n_heads)
         _forward[grid](
-            q, u, k, v, o, m, l_sum, _or(mask_arg, q), _or(ranges.get("forward"), q),
+            q, u, k, v, o, m, l_sum, launch_arg(mask_bytes, q),
+            launch_arg(ranges.get("forward"), q),
             *strides, n_heads, *sizes, **constexprs, **_launch_options(tile),
         )  # fmt: skip
-        ctx.save_for_backward(q, u, k, v, o, m, l_sum, mask_arg)
+        ctx.save_for_backward(q, u, k, v, o, m, l_sum, mask_bytes)
         ctx.ranges = ranges
         ctx.spec = spec
         return o
@@ -333,15 +304,15 @@ class _FusedRectified(torch.autograd.Function):
         dq, du, dk, dv = (torch.empty_like(t) for t in (q, u, k, v))
         strides, sizes, constexprs = _common(q, k, mask, spec)
         strides[8:8] = do.stride()  # after q's and k's strides, before the mask's
-        mask_arg, ranges = _or(mask, q), ctx.ranges
+        mask_bytes, ranges = launch_arg(mask, q), ctx.ranges
         tile = spec["tiles"]["kv"]
         _backward_kv[(triton.cdiv(n_k, tile[1]), b * n_kv)](
-            q, u, k, v, do, m, l_sum, delta, dk, dv, mask_arg, _or(ranges.get("kv"), q),
+            q, u, k, v, do, m, l_sum, delta, dk, dv, mask_bytes, launch_arg(ranges.get("kv"), q),
             *strides, n_kv, *sizes, **constexprs, **_launch_options(tile),
         )  # fmt: skip
         tile = spec["tiles"]["q"]
         _backward_q[(triton.cdiv(n_q, tile[0]), b * n_heads)](
-            q, u, k, v, do, m, l_sum, delta, dq, du, mask_arg, _or(ranges.get("q"), q),
+            q, u, k, v, do, m, l_sum, delta, dq, du, mask_bytes, launch_arg(ranges.get("q"), q),
             *strides, n_heads, *sizes, **constexprs, **_launch_options(tile),
         )  # fmt: skip
         return dq, du, dk, dv, None, None
@@ -370,4 +341,4 @@ def fused_rectified_attention(
         "causal": bool(causal),
         "tiles": tiles or _tiles(q.shape[-1], q.device),
     }
-    return _FusedRectified.apply(q, u, k, v, _check_mask(mask, q.shape[0], n_q, n_k), spec)
+    return _FusedRectified.apply(q, u, k, v, check_mask(mask, q.shape[0], n_q, n_k), spec)

@@ -1,5 +1,6 @@
 """The Triton device functions of the fused rectified attention (``triton_kernel.py``): g and g′
-in registers, and one tile's scores with its mask. Imports triton: import only where it is
+in registers, and one tile's scores with its mask (the functions every kernel shares are in
+``zoomattn/attention/triton_tiles.py``). Imports triton: import only where it is
 installed (``kernel.py`` imports the fused path lazily, on CUDA only)."""
 
 from __future__ import annotations
@@ -7,45 +8,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from zoomattn.attention.triton_tiles import allowed_keys, dot
+
 IDENTITY = tl.constexpr(0)
 MAX = tl.constexpr(1)
 TANH = tl.constexpr(2)
 TANH_PLUS_X = tl.constexpr(3)
 SIGMOID = tl.constexpr(4)
 G_KINDS = {"identity": 0, "max": 1, "tanh": 2, "tanh_plus_x": 3, "sigmoid": 4}
-
-
-@triton.jit
-def dot(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """a @ b accumulated in fp32. UPCAST (Triton's interpreter only, whose dot multiplies bf16
-    bit patterns as integers) computes it in fp32: bf16 products are exact in fp32, so the result
-    is the GPU's up to the order of the sums."""
-    if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    return tl.dot(a, b, input_precision=PRECISION)
-
-
-@triton.jit
-def cast(x, dtype: tl.constexpr, UPCAST: tl.constexpr):
-    """fp32 x in dtype, rounded to nearest even as the GPU does. Triton's interpreter (UPCAST)
-    truncates fp32 → bf16 instead: there x is first rounded on its bits, which makes the
-    truncation exact."""
-    if UPCAST and dtype == tl.bfloat16:
-        bits = x.to(tl.uint32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-        x = bits.to(tl.float32, bitcast=True)
-    return x.to(dtype)
-
-
-@triton.jit
-def dot_split(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """a @ b for fp32 a (probabilities, score gradients) and b in the input dtype: a is rounded to
-    b's dtype in two parts, hi + lo, so the product keeps ~16 bits of a, not bf16's 8."""
-    hi = cast(a, b.dtype, UPCAST)
-    if b.dtype == tl.float32:
-        return dot(hi, b, PRECISION, UPCAST)
-    lo = cast(a - hi.to(tl.float32), b.dtype, UPCAST)
-    return dot(hi, b, PRECISION, UPCAST) + dot(lo, b, PRECISION, UPCAST)
 
 
 @triton.jit
@@ -113,48 +83,5 @@ def tile_scores(
     x = dot(u, kt, PRECISION, UPCAST) * scale
     g, dg = rectifier(x, xi, G_KIND)
     z = dot(q, kt, PRECISION, UPCAST) * scale + g
-    key_exists = offs_n[None, :] < n_k
-    allowed = key_exists
-    if CAUSAL:
-        allowed = allowed & (offs_n[None, :] <= offs_m[:, None] + offset)
-    if HAS_MASK:
-        in_bounds = (offs_m[:, None] < n_q) & key_exists
-        allowed = allowed & (tl.load(mask_rows + offs_n[None, :], mask=in_bounds, other=0) != 0)
+    allowed = allowed_keys(offs_m, offs_n, mask_rows, n_q, n_k, offset, CAUSAL, HAS_MASK)
     return tl.where(allowed, z, float("-inf")), dg, allowed
-
-
-@triton.jit
-def key_range(
-    RANGES, b, pid_m, n_k, offset,
-    CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, BLOCK_M: tl.constexpr,
-):  # fmt: skip
-    """[start, end) of the keys query tile ``pid_m`` reads: with a mask, the key tiles that hold
-    a key some row of it allows (the host's table, ``tile_ranges.py``); causal, up to
-    its last row's diagonal; otherwise every key."""
-    start = 0
-    end = n_k
-    if CAUSAL:
-        end = tl.minimum(n_k, (pid_m + 1) * BLOCK_M + offset)
-    if HAS_MASK:
-        bounds = RANGES + (b * tl.num_programs(0) + pid_m) * 2
-        start = tl.load(bounds)
-        end = tl.load(bounds + 1)
-    return start, end
-
-
-@triton.jit
-def query_range(
-    RANGES, b, pid_n, n_q, offset,
-    CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
-):  # fmt: skip
-    """[first, last) of the query rows that read key tile ``pid_n``, as ``key_range``: with a
-    mask the host's table; causal, from the first row at or past its first key's diagonal."""
-    first = 0
-    last = n_q
-    if CAUSAL:
-        first = (tl.maximum(pid_n * BLOCK_N - offset, 0) // BLOCK_M) * BLOCK_M
-    if HAS_MASK:
-        bounds = RANGES + (b * tl.num_programs(0) + pid_n) * 2
-        first = tl.load(bounds)
-        last = tl.load(bounds + 1)
-    return first, last

@@ -1,4 +1,5 @@
-"""Which tiles the fused rectified attention's programs visit under a mask (``triton_kernel.py``).
+"""The mask as the fused Triton kernels take it (rectification's, OpAmp's), and which tiles their
+programs visit under it.
 
 A mask ``[B, 1, L, S]`` may rule out whole tiles of the score matrix: the upper triangle of a causal
 mask, the rows and columns of left padding, the cross-passage blocks of a structured mask. A
@@ -13,6 +14,29 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+
+def check_mask(mask, bsz: int, n_q: int, n_k: int) -> torch.Tensor | None:
+    """The boolean mask as ``[B, 1, L, S]`` (a batch of one broadcast), checked."""
+    if mask is None:
+        return None
+    if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1:
+        raise ValueError(f"mask: boolean [B, 1, L, S], got {mask.dtype} {tuple(mask.shape)}")
+    if tuple(mask.shape[2:]) != (n_q, n_k) or mask.shape[0] not in (1, bsz):
+        raise ValueError(f"mask: shape {tuple(mask.shape)} does not fit B={bsz}, L={n_q}, S={n_k}")
+    return mask.expand(bsz, 1, n_q, n_k)
+
+
+def mask_arg(mask) -> torch.Tensor | None:
+    """The mask as the kernels read it: bytes, unit stride along the keys."""
+    if mask is None:
+        return None
+    return (mask if mask.stride(-1) == 1 else mask.contiguous()).view(torch.uint8)
+
+
+def launch_arg(tensor, placeholder):
+    """``tensor``, or where absent a pointer the kernel never reads (its constexpr is off)."""
+    return placeholder if tensor is None else tensor
 
 
 def _allowed_bounds(allowed: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,11 +1,11 @@
-"""Which tiles the fused rectified attention visits under a mask (methods/rectify/tile_ranges.py):
+"""Which tiles the fused Triton kernels visit under a mask (zoomattn/attention/tile_ranges.py):
 every allowed (row, key) inside the span, nothing skipped that the mask allows. Torch only; the
 kernel itself is held to the formula under such masks in test_triton_kernel.py."""
 
 import torch
 
 from tests.methods.rectify.test_kernel import left_padding_mask
-from zoomattn.methods.rectify.tile_ranges import tile_ranges
+from zoomattn.attention.tile_ranges import tile_ranges
 
 
 def scattered_mask(n_q, n_k, seed=0):
