@@ -9,6 +9,7 @@ STEP_GOAL = 1.25
 # LKG-RALM's are stated at 4096 tokens, checked here at --goal-tokens like the others
 ATTENTION_GOALS = {
     "opamp_fused": ("OpAmp", 2.2, 1.3),
+    "opamp_triton": ("OpAmp (Triton kernel, opt-in)", 2.2, 1.3),
     "rectified_fused": ("Rectified", 3.0, 1.5),
     "lkg_fusion_fused": ("LKG-RALM fusion", 1.3, 1.2),
 }
@@ -27,7 +28,7 @@ def goals(steps: list[dict], attention: list[dict], goal_tokens: int) -> list[di
         })  # fmt: skip
     at_goal = {r["variant"]: r for r in attention if r["tokens"] == goal_tokens}
     for variant, (name, time_goal, memory_goal) in ATTENTION_GOALS.items():
-        r, old = at_goal.get(variant, {}), at_goal.get(variant.removesuffix("_fused"), {})
+        r, old = at_goal.get(variant, {}), at_goal.get(reference_variant(variant), {})
         time, memory = r.get("time_vs_sdpa"), r.get("memory_vs_sdpa")
         goal = f"{name} attention fwd+bwd, fused: ≤ {time_goal}× SDPA's time"
         goal += f", ≤ {memory_goal}× its memory" if memory_goal else ""
@@ -40,6 +41,12 @@ def goals(steps: list[dict], attention: list[dict], goal_tokens: int) -> list[di
         met = met and (memory_goal is None or memory is not None and memory <= memory_goal)
         out.append({"goal": f"{goal} at {goal_tokens} tokens", "measured": measured, "met": met})
     return out
+
+
+def reference_variant(variant: str) -> str:
+    """The reference row a fused variant stands beside: ``opamp`` for ``opamp_fused`` and for
+    ``opamp_triton`` (a path no setting selects, measured as its own row)."""
+    return variant.removesuffix("_fused").removesuffix("_triton")
 
 
 def fmt(x, spec: str = ".2f", suffix: str = "×") -> str:
@@ -131,10 +138,13 @@ def attention_table(rows: list[dict], m: dict, s: dict) -> list[str]:
         "|" + "---|" * 11,
     ]
     by = {(r["tokens"], r["variant"]): r for r in rows}
-    for (n, variant), old in by.items():
+    for (n, variant), row in by.items():
         if variant.endswith("_fused"):
             continue
-        new = by.get((n, f"{variant}_fused"), old)  # sdpa: itself on both sides
+        if variant.endswith("_triton"):  # its own row, beside the reference it would replace
+            old, new = by.get((n, reference_variant(variant)), {"status": "–"}), row
+        else:
+            old, new = row, by.get((n, f"{variant}_fused"), row)  # sdpa: itself on both sides
         pair = (old, new)
         cells = [
             *(fmt(r.get("time_vs_sdpa")) for r in pair),
