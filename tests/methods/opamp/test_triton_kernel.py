@@ -159,14 +159,17 @@ def test_triton_path_equals_the_plain_path_through_adapters_with_parameter_gradi
 def test_fused_setting_never_selects_the_triton_path(monkeypatch):
     """``attention_kernels: fused`` (kernels.choose says fused) runs the stacked path: SDPA, not
     the Triton kernel, which only ``path="triton"`` runs."""
+    from zoomattn.methods.opamp import triton_path
+
     calls = []
-    monkeypatch.setattr(kernel, "stacked_two_branch", lambda *a: calls.append(a[-1]) or a[0])
+    monkeypatch.setattr(kernel, "stacked_two_branch", lambda *a: calls.append("stacked") or a[0])
+    monkeypatch.setattr(triton_path, "triton_two_branch", lambda *a: calls.append("triton") or a[0])
     monkeypatch.setattr(kernels, "choose", lambda method, device: kernels.FUSED)
     layer = _layer(5.0, h=2, hkv=1, d=D)
     tensors = _inputs(h=2, hkv=1, n_q=1, n_k=N, d=D)
     layer(*tensors)
     layer(*tensors, path="triton")
-    assert calls[0] is None and calls[1] is two_branch_flash
+    assert calls == ["stacked", "triton"]
 
 
 def test_kernel_rejects_float64_mismatched_heads_a_bad_mask_and_missing_adapters_naming_them():

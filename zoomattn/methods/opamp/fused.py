@@ -23,9 +23,8 @@ gradient where both branches give it (OpAmp's initialisation). Memory: autograd 
 Qᵢ, Kᵢ, [V | V], the adapters' activations, the stacked output and its log-sum-exp, about what the
 ``plain`` path keeps; no adapter is recomputed.
 
-The ``triton`` path (opt-in, unmeasured) shares these batched adapters and replaces SDPA and
-``_Join`` with ``triton_kernel.two_branch_flash`` (``attention=``): V once, not twice, and no
-stacked output or SDPA's saved state, but O₀ and O₁ kept for backward.
+The ``triton`` path (opt-in, unmeasured: ``triton_path.py``) runs these batched adapters
+(``adapted_stacks``) before its Triton kernel, and again in backward instead of keeping them.
 """
 
 from __future__ import annotations
@@ -37,27 +36,28 @@ from zoomattn.attention.math import sdpa
 from zoomattn.methods.opamp.modes import combine_modes
 
 
-def stacked_two_branch(
-    q, k, v, adapters, gains, mask=None, scaling=None, block=1024, attention=None
-):  # fmt: skip
+def stacked_two_branch(q, k, v, adapters, gains, mask=None, scaling=None, block=1024):
     """c·(O₀ + O₁) + d·(O₀ − O₁) as ``kernel.two_branch_attention``, in one SDPA call.
-    ``adapters``: ((E_q⁺, E_q⁻), (E_k⁺, E_k⁻)), the layer's ``BottleneckAdapter`` modules.
-    ``attention``: instead of SDPA and ``_Join``, a function (q_stack, k_stack, v, gains, mask,
-    scaling) -> the combined output, with q_stack's and k_stack's gradients at the unscaled
-    upstream gradient as ``_Join`` gives them (the ``triton`` path:
-    ``triton_kernel.two_branch_flash``)."""
+    ``adapters``: ((E_q⁺, E_q⁻), (E_k⁺, E_k⁻)), the layer's ``BottleneckAdapter`` modules."""
+    common, differential = gains
+    weights = (common + differential, common - differential)
+    q_stack, k_stack = adapted_stacks(q, k, adapters, gains, block)
+    v_stack = torch.cat(_Fork.apply(v, *weights), dim=1)
+    out = sdpa(q_stack, k_stack, v_stack, mask, scaling)
+    return _Join.apply(out, common, differential)
+
+
+def adapted_stacks(q, k, adapters, gains, block=1024):
+    """[Q₀ | Q₁] ``[B, 2H, L, D]`` and [K₀ | K₁] ``[B, 2H_kv, S, D]``: both branches' adapters
+    batched, dropout drawn as the other paths draw it, the branch weights applied to the
+    gradients where the branches meet (``_Fork``, ``_BranchScale``)."""
     (q_adapters, k_adapters), (common, differential) = adapters, gains
     weights = (common + differential, common - differential)
     q_pair = _Fork.apply(q, *weights)
     k_pair = _Fork.apply(k, *weights)
     dropped = _dropped_inputs(q_pair, k_pair, q_adapters, k_adapters, block)
     q_stack = _adapted_pair(q_pair, q_adapters, dropped[0], weights)
-    k_stack = _adapted_pair(k_pair, k_adapters, dropped[1], weights)
-    if attention is not None:  # it weights V's gradient itself: V is not forked
-        return attention(q_stack, k_stack, v, gains, mask, scaling)
-    v_stack = torch.cat(_Fork.apply(v, *weights), dim=1)
-    out = sdpa(q_stack, k_stack, v_stack, mask, scaling)
-    return _Join.apply(out, common, differential)
+    return q_stack, _adapted_pair(k_pair, k_adapters, dropped[1], weights)
 
 
 def _flat(x, dtype):

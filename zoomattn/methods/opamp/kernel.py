@@ -42,14 +42,13 @@ amplifies O₀ − O₁, which no combination removes.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from zoomattn.attention import kernels
 from zoomattn.attention.math import additive_mask, causal_flag, sdpa
 from zoomattn.methods.opamp.fused import stacked_two_branch
 from zoomattn.methods.opamp.modes import combine_modes
+from zoomattn.methods.opamp.rng import rng_restored, rng_states
 
 QUERY_BLOCK = 1024
 PATHS = ("plain", "lean", "recompute", "stacked")  # any device (lean: the CPU); the tests run all
@@ -85,10 +84,11 @@ def two_branch_attention(
     if path in ("stacked", "triton"):
         if adapters is None:
             raise ValueError(f"path {path!r} batches the adapters: pass their modules (adapters=)")
-        attention = None
         if path == "triton":  # opt-in only: imports triton
-            from zoomattn.methods.opamp.triton_kernel import two_branch_flash as attention
-        return stacked_two_branch(q, k, v, adapters, gains, mask, scaling, block, attention)
+            from zoomattn.methods.opamp.triton_path import triton_two_branch
+
+            return triton_two_branch(q, k, v, adapters, gains, mask, scaling, block)
+        return stacked_two_branch(q, k, v, adapters, gains, mask, scaling, block)
     if path == "recompute":
         return _RecomputedTwoBranch.apply(
             q, k, v, mask, scaling, tuple(gains), adapt_q, adapt_k, block, *params
@@ -173,7 +173,7 @@ class _RecomputedTwoBranch(torch.autograd.Function):
     def forward(ctx, q, k, v, mask, scale, gains, adapt_q, adapt_k, block, *params):
         ctx.rng_states, outs = [], []
         for i in (0, 1):
-            ctx.rng_states.append(_rng_states(q.device))
+            ctx.rng_states.append(rng_states(q.device))
             outs.append(_branch(adapt_q, adapt_k, i, q, k, v, mask, scale, block))
         ctx.save_for_backward(q, k, v, *params)
         ctx.args = (mask, scale, gains, adapt_q, adapt_k, block)
@@ -186,7 +186,7 @@ class _RecomputedTwoBranch(torch.autograd.Function):
         weights = (common + differential, common - differential)
         totals = [None] * (3 + len(params))
         for i in (0, 1):
-            with torch.enable_grad(), _rng_restored(ctx.rng_states[i], q.device):
+            with torch.enable_grad(), rng_restored(ctx.rng_states[i], q.device):
                 leaves = [x.detach().requires_grad_() for x in (q, k, v)]
                 out = _branch(adapt_q, adapt_k, i, *leaves, mask, scale, block)
                 grads = torch.autograd.grad(out, (*leaves, *params), grad, allow_unused=True)
@@ -196,24 +196,6 @@ class _RecomputedTwoBranch(torch.autograd.Function):
             for g, x in zip(totals, (q, k, v, *params), strict=True)
         )
         return dq, dk, dv, None, None, None, None, None, None, *dparams
-
-
-def _rng_states(device):
-    """The CPU generator's state, and the device's when it has its own (CUDA's dropout)."""
-    return torch.get_rng_state(), (
-        torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-    )
-
-
-@contextlib.contextmanager
-def _rng_restored(states, device):
-    """Run with the generators as ``states`` had them; leave them as they were."""
-    cpu, on_device = states
-    with torch.random.fork_rng(devices=[device] if on_device is not None else []):
-        torch.set_rng_state(cpu)
-        if on_device is not None:
-            torch.cuda.set_rng_state(on_device, device)
-        yield
 
 
 def _flash_forward(q, k, v, mask, causal, scale):

@@ -290,24 +290,55 @@ def _launch(kernel, grid, tensors, strided, sizes, constexprs, tile):
     )  # fmt: skip
 
 
+def flash_forward(q, k, v, mask, spec) -> tuple[torch.Tensor, tuple]:
+    """The forward kernel on ``prepared`` inputs: (output, what ``flash_backward`` needs)."""
+    b, h2, n_q, d = q.shape
+    ranges = {} if mask is None else tile_ranges(mask, spec["tiles"])
+    mask = mask_arg(mask)
+    out = q.new_empty(b, h2 // 2, n_q, d)
+    o_branch = torch.empty_like(q)  # O₀ | O₁, strided as q
+    lse = torch.empty(b, h2, n_q, device=q.device, dtype=torch.float32)
+    sizes, constexprs = _sizes(q, v, mask, spec)
+    tile = spec["tiles"]["forward"]
+    _launch(
+        _forward, (triton.cdiv(n_q, tile[0]), b * h2 // 2),
+        (q, k, v, out, o_branch, lse, launch_arg(mask, q), launch_arg(ranges.get("forward"), q)),
+        (q, k, v, out), [*sizes, spec["common"], spec["differential"]], constexprs, tile,
+    )  # fmt: skip
+    return out, (o_branch, lse, mask, ranges)
+
+
+def flash_backward(grad, q, k, v, state, spec) -> tuple[torch.Tensor, ...]:
+    """dq_stack, dk_stack (at the unscaled ``grad``) and dv, from ``flash_forward``'s state."""
+    o_branch, lse, mask, ranges = state
+    b, h2, n_q, _ = q.shape
+    n_kv, n_k = v.shape[1], v.shape[2]
+    g = grad.float()
+    delta = torch.cat([(o.float() * g).sum(-1) for o in o_branch.chunk(2, dim=1)], 1)
+    delta = delta.contiguous()
+    dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+    sizes, constexprs = _sizes(q, v, mask, spec)
+    mask = launch_arg(mask, q)
+    strided = (q, k, v, grad)
+    tile = spec["tiles"]["kv"]
+    _launch(
+        _backward_kv, (triton.cdiv(n_k, tile[1]), b * n_kv),
+        (q, k, v, grad, lse, delta, dk, dv, mask, launch_arg(ranges.get("kv"), q)), strided,
+        [*sizes, *spec["weights"]], constexprs, tile,
+    )  # fmt: skip
+    tile = spec["tiles"]["q"]
+    _launch(
+        _backward_q, (triton.cdiv(n_q, tile[0]), b * h2 // 2),
+        (q, k, v, grad, lse, delta, dq, mask, launch_arg(ranges.get("q"), q)), strided, sizes,
+        constexprs, tile,
+    )  # fmt: skip
+    return dq, dk, dv
+
+
 class _TwoBranchFlash(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, spec):
-        b, h2, n_q, d = q.shape
-        ranges = {} if mask is None else tile_ranges(mask, spec["tiles"])
-        mask = mask_arg(mask)
-        out = q.new_empty(b, h2 // 2, n_q, d)
-        o_branch = torch.empty_like(q)  # O₀ | O₁, strided as q
-        lse = torch.empty(b, h2, n_q, device=q.device, dtype=torch.float32)
-        sizes, constexprs = _sizes(q, v, mask, spec)
-        tile = spec["tiles"]["forward"]
-        _launch(
-            _forward, (triton.cdiv(n_q, tile[0]), b * h2 // 2),
-            (q, k, v, out, o_branch, lse, launch_arg(mask, q),
-             launch_arg(ranges.get("forward"), q)),
-            (q, k, v, out),
-            [*sizes, spec["common"], spec["differential"]], constexprs, tile,
-        )  # fmt: skip
+        out, (o_branch, lse, mask, ranges) = flash_forward(q, k, v, mask, spec)
         ctx.save_for_backward(q, k, v, o_branch, lse, mask)
         ctx.spec, ctx.ranges = spec, ranges
         return out
@@ -315,38 +346,13 @@ class _TwoBranchFlash(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         q, k, v, o_branch, lse, mask = ctx.saved_tensors
-        spec = ctx.spec
-        b, h2, n_q, _ = q.shape
-        n_kv, n_k = v.shape[1], v.shape[2]
-        g = grad.float()
-        delta = torch.cat([(o.float() * g).sum(-1) for o in o_branch.chunk(2, dim=1)], 1)
-        dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
-        sizes, constexprs = _sizes(q, v, mask, spec)
-        mask, ranges = launch_arg(mask, q), ctx.ranges
-        strided = (q, k, v, grad)
-        tile = spec["tiles"]["kv"]
-        _launch(
-            _backward_kv, (triton.cdiv(n_k, tile[1]), b * n_kv),
-            (q, k, v, grad, lse, delta.contiguous(), dk, dv, mask, launch_arg(ranges.get("kv"), q)),
-            strided,
-            [*sizes, *spec["weights"]], constexprs, tile,
-        )  # fmt: skip
-        tile = spec["tiles"]["q"]
-        _launch(
-            _backward_q, (triton.cdiv(n_q, tile[0]), b * h2 // 2),
-            (q, k, v, grad, lse, delta.contiguous(), dq, mask, launch_arg(ranges.get("q"), q)),
-            strided, sizes, constexprs, tile,
-        )  # fmt: skip
-        return dq, dk, dv, None, None
+        state = (o_branch, lse, mask, ctx.ranges)
+        return (*flash_backward(grad, q, k, v, state, ctx.spec), None, None)
 
 
-def two_branch_flash(q_stack, k_stack, v, gains, mask=None, scaling=None, tiles=None):
-    """c·(O₀ + O₁) + d·(O₀ − O₁), Oᵢ = softmax(QᵢKᵢᵀ·s + mask)·V, by the Triton kernel, with
-    q_stack = [Q₀ | Q₁] ``[B, 2H, L, D]``, k_stack = [K₀ | K₁] ``[B, 2H_kv, S, D]``, v
-    ``[B, H_kv, S, D]``, (c, d) = ``gains``; mask as ``math.sdpa`` (None: causal prefill, or one
-    decoding step over every key). Gradients: v's of the output; q_stack's and k_stack's at the
-    UNSCALED upstream gradient, per branch (``fused._Join``'s contract: see the module
-    docstring). ``tiles`` overrides ``_tiles`` (benchmarks, tests)."""
+def prepared(q_stack, k_stack, v, gains, mask=None, scaling=None, tiles=None) -> tuple:
+    """(q_stack, k_stack, v, mask, spec) as the kernels take them, checked; arguments as
+    ``two_branch_flash``."""
     _check_inputs(q_stack, k_stack, v)
     q_stack, k_stack = q_stack.contiguous(), k_stack.contiguous()
     if not (v.is_contiguous() or v.transpose(1, 2).is_contiguous()):
@@ -361,6 +367,14 @@ def two_branch_flash(q_stack, k_stack, v, gains, mask=None, scaling=None, tiles=
         "weights": (common + differential, common - differential),
         "tiles": tiles or _tiles(q_stack.device),
     }
-    return _TwoBranchFlash.apply(
-        q_stack, k_stack, v, check_mask(mask, q_stack.shape[0], n_q, n_k), spec
-    )
+    return q_stack, k_stack, v, check_mask(mask, q_stack.shape[0], n_q, n_k), spec
+
+
+def two_branch_flash(q_stack, k_stack, v, gains, mask=None, scaling=None, tiles=None):
+    """c·(O₀ + O₁) + d·(O₀ − O₁), Oᵢ = softmax(QᵢKᵢᵀ·s + mask)·V, by the Triton kernel, with
+    q_stack = [Q₀ | Q₁] ``[B, 2H, L, D]``, k_stack = [K₀ | K₁] ``[B, 2H_kv, S, D]``, v
+    ``[B, H_kv, S, D]``, (c, d) = ``gains``; mask as ``math.sdpa`` (None: causal prefill, or one
+    decoding step over every key). Gradients: v's of the output; q_stack's and k_stack's at the
+    UNSCALED upstream gradient, per branch (``fused._Join``'s contract: see the module
+    docstring). ``tiles`` overrides ``_tiles`` (benchmarks, tests)."""
+    return _TwoBranchFlash.apply(*prepared(q_stack, k_stack, v, gains, mask, scaling, tiles))

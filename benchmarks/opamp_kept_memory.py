@@ -1,0 +1,67 @@
+"""Benchmark: the bytes autograd keeps from forward to backward, per OpAmp path, beside plain SDPA.
+
+One OpAmp layer (``OpAmpAttention``, K = 10, adapter dimension 6, dropout 0.1, training), q
+``[1, 4, L, 16]`` over 2 KV heads, fp32, causal prefill; each path's kept tensors are counted once
+per storage through ``torch.autograd.graph.saved_tensors_hooks``, beyond q, k and v, as multiples
+of |q|. Runs on the CPU (the ``triton`` path through Triton's interpreter): what is kept does not
+depend on the device; a GPU's peak, which adds the backward's transients, is not this.
+
+    PYTHONPATH=$PWD python benchmarks/opamp_kept_memory.py    # -> results/opamp_kept_memory.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+
+import torch  # noqa: E402
+
+from tests.triton_interpreter import squeeze_interpreter_indices  # noqa: E402
+from zoomattn.attention.math import sdpa  # noqa: E402
+from zoomattn.methods.opamp.config import OpAmpConfig  # noqa: E402
+from zoomattn.methods.opamp.model import OpAmpAttention  # noqa: E402
+
+OUT = Path(__file__).parent / "results" / "opamp_kept_memory.json"
+PATHS = ("plain", "stacked", "recompute", "triton")
+
+
+def kept_bytes(fn, exclude: set[int]) -> int:
+    kept = {}
+
+    def pack(t):
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(n for ptr, n in kept.items() if ptr not in exclude)
+
+
+def main(tokens: int = 64) -> dict:
+    squeeze_interpreter_indices()
+    torch.manual_seed(0)
+    q = torch.randn(1, 4, tokens, 16, requires_grad=True)
+    k, v = (torch.randn(1, 2, tokens, 16, requires_grad=True) for _ in range(2))
+    layer = OpAmpAttention(4, 2, 16, OpAmpConfig(10, 6, dropout=0.1)).train()
+    inputs = {t.untyped_storage().data_ptr() for t in (q, k, v)}
+    q_bytes = q.numel() * q.element_size()
+    row = {"sdpa": kept_bytes(lambda: sdpa(q, k, v), inputs) / q_bytes}
+    for path in PATHS:
+        row[path] = kept_bytes(lambda p=path: layer(q, k, v, path=p), inputs) / q_bytes
+    return {
+        "what": "bytes autograd keeps beyond q, k, v, in multiples of |q| (CPU, fp32)",
+        "shape": f"q [1, 4, {tokens}, 16], k/v [1, 2, {tokens}, 16], K = 10, adapter dim 6",
+        "torch": torch.__version__,
+        "kept_over_q": {name: round(x, 3) for name, x in row.items()},
+        "kept_vs_sdpa": {name: round(x / row["sdpa"], 2) for name, x in row.items()},
+    }
+
+
+if __name__ == "__main__":
+    result = main(*(int(a) for a in sys.argv[1:]))
+    OUT.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result))

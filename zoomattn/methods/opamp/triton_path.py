@@ -1,0 +1,63 @@
+"""OpAmp's ``triton`` path (opt-in, unmeasured): the stacked path's batched adapters, both
+branches' attention in the Triton kernel (``triton_kernel.py``), and the adapters recomputed in
+backward instead of kept.
+
+Autograd keeps, from forward to backward, only q, k, v (the layer's own inputs, kept anyway), the
+kernel's O₀ and O₁ and its per-row log-sum-exps: about 2·|q| beyond them, where the stacked path
+keeps [Q₀ | Q₁], [K₀ | K₁], [V | V], the adapters' inputs and activations, its output and SDPA's
+state (~8·|q|; both counted on the CPU by ``tests/methods/opamp/test_triton_path.py``). Backward
+runs the adapters again under autograd with the forward's random state (the same dropout masks),
+the kernel's backward on their outputs, then autograd through the adapters: one more forward of
+the adapters (matrix products of the model's width by the adapter's), no more attention. The
+gradients meet with the stacked path's precision (``fused._Fork``, ``fused._BranchScale``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from zoomattn.methods.opamp.fused import adapted_stacks
+from zoomattn.methods.opamp.rng import rng_restored, rng_states
+from zoomattn.methods.opamp.triton_kernel import flash_backward, flash_forward, prepared
+
+
+def triton_two_branch(q, k, v, adapters, gains, mask=None, scaling=None, block=1024):
+    """c·(O₀ + O₁) + d·(O₀ − O₁) as ``kernel.two_branch_attention``; ``adapters`` as
+    ``fused.stacked_two_branch``."""
+    params = [p for pair in adapters for a in pair for p in a.parameters() if p.requires_grad]
+    spec = (adapters, tuple(gains), mask, scaling, block)
+    return _AdaptedFlash.apply(q, k, v, spec, *params)
+
+
+class _AdaptedFlash(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, spec, *params):
+        adapters, gains, mask, scaling, block = spec
+        ctx.rng = rng_states(q.device)
+        with torch.no_grad():
+            q_stack, k_stack = adapted_stacks(q, k, adapters, gains, block)
+        q_stack, k_stack, v, mask, kernel_spec = prepared(q_stack, k_stack, v, gains, mask, scaling)
+        out, (o_branch, lse, mask_bytes, ranges) = flash_forward(
+            q_stack, k_stack, v, mask, kernel_spec
+        )
+        ctx.save_for_backward(q, k, v, o_branch, lse, mask_bytes)
+        ctx.spec, ctx.kernel_spec, ctx.ranges = spec, kernel_spec, ranges
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, o_branch, lse, mask_bytes = ctx.saved_tensors
+        adapters, gains, _, _, block = ctx.spec
+        params = [p for pair in adapters for a in pair for p in a.parameters() if p.requires_grad]
+        with torch.enable_grad(), rng_restored(ctx.rng, q.device):
+            leaves = [x.detach().requires_grad_(x.requires_grad) for x in (q, k)]
+            q_stack, k_stack = adapted_stacks(*leaves, adapters, gains, block)
+        stacks = [t.detach().contiguous() for t in (q_stack, k_stack)]
+        state = (o_branch, lse, mask_bytes, ctx.ranges)
+        dq_stack, dk_stack, dv = flash_backward(grad, *stacks, v, state, ctx.kernel_spec)
+        wanted = [t for t in (*leaves, *params) if t.requires_grad]
+        grads = iter(
+            torch.autograd.grad((q_stack, k_stack), wanted, (dq_stack, dk_stack), allow_unused=True)
+        )
+        dq, dk, *dparams = (next(grads) if t.requires_grad else None for t in (*leaves, *params))
+        return dq, dk, dv if ctx.needs_input_grad[2] else None, None, *dparams
