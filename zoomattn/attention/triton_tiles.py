@@ -43,6 +43,13 @@ def dot_split(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
+def dot_rounded(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """a @ b for fp32 a (probabilities, score gradients) rounded once to b's dtype, as
+    FlashAttention does (``dot_split`` keeps twice the bits, at twice the products)."""
+    return dot(cast(a, b.dtype, UPCAST), b, PRECISION, UPCAST)
+
+
+@triton.jit
 def allowed_keys(offs_m, offs_n, mask_rows, n_q, n_k, offset, CAUSAL: tl.constexpr,
              HAS_MASK: tl.constexpr):  # fmt: skip
     """Where query rows offs_m may attend to keys offs_n (both branches: one mask)."""

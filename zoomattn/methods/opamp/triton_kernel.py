@@ -51,13 +51,15 @@ import triton.language as tl
 
 from zoomattn.attention.math import causal_flag
 from zoomattn.attention.tile_ranges import check_mask, launch_arg, mask_arg, tile_ranges
-from zoomattn.attention.triton_tiles import allowed_keys, cast, dot, key_range, query_range
-from zoomattn.methods.opamp.triton_tiles import (
+from zoomattn.attention.triton_tiles import (
+    allowed_keys,
+    cast,
+    dot,
     dot_rounded,
-    finish,
-    online_softmax,
-    scores,
+    key_range,
+    query_range,
 )
+from zoomattn.methods.opamp.triton_tiles import finish, online_softmax, scores
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from zoomattn.attention.triton_tiles import cast, dot, dot_split
+from zoomattn.attention.triton_tiles import dot, dot_split
 
 
 @triton.jit
@@ -35,11 +35,3 @@ def finish(m_i, l_i, acc):
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     return acc / l_safe[:, None], tl.where(empty, float("inf"), m_i + tl.log(l_safe))
-
-
-@triton.jit
-def dot_rounded(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """a @ b for fp32 a (probabilities, score gradients) rounded once to b's dtype, as
-    FlashAttention does; the backward's dot products (the forward's P·V takes ``dot_split``'s two
-    bf16 parts instead: ``triton_kernel``'s "Precision" paragraph)."""
-    return dot(cast(a, b.dtype, UPCAST), b, PRECISION, UPCAST)

@@ -30,10 +30,11 @@ head h reads KV head h // (H / H_kv)); mask None (causal prefill when L = S, wit
 offset S − L otherwise; one decoding step L = 1 sees every key) or boolean ``[B, 1, L, S]``.
 fp16/bf16/fp32 inputs; scores, g, softmax and every accumulation in fp32 (fp32 dot products in
 IEEE precision, not TF32). P and dZ enter their dot products with V, dO, Q, U, K in the input
-dtype; FlashAttention rounds them to it once, which in bf16 put this kernel's gradients beyond
-1.5× plain bf16 SDPA's error (tests/methods/rectify/test_triton_kernel.py), so here each is split
-in two bf16 parts, hi + lo (``triton_tiles.dot_split``: twice those tensor-core products, while g's
-exponentials, not the dot products, are expected to bound the time). Tiles: a fixed table for
+dtype. P is rounded to it once, as FlashAttention (and so plain SDPA) rounds it, in P·V and
+Pᵀ·dO. dZ and dZ ∘ g′ rounded once put this kernel's key, query or update gradients up to
+1.4× plain bf16 SDPA's error (each alone, tests/methods/rectify/test_triton_kernel.py; all
+together 1.50×, at its 1.5× bound): g′ up to ~ξ amplifies them. So each is split in two bf16 parts,
+hi + lo (``dot_split``: twice those four tensor-core products). Tiles: a fixed table for
 Hopper (``_tiles``); its speed on an H200, and the sweep that tunes the table, in docs/kernels.md.
 """
 
@@ -45,7 +46,14 @@ import triton.language as tl
 
 from zoomattn.attention.math import causal_flag
 from zoomattn.attention.tile_ranges import check_mask, launch_arg, mask_arg, tile_ranges
-from zoomattn.attention.triton_tiles import cast, dot, dot_split, key_range, query_range
+from zoomattn.attention.triton_tiles import (
+    cast,
+    dot,
+    dot_rounded,
+    dot_split,
+    key_range,
+    query_range,
+)
 from zoomattn.methods.rectify.triton_tiles import G_KINDS, tile_scores
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -90,7 +98,7 @@ def _forward(
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(z - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + dot_split(p, v, PRECISION, UPCAST)
+        acc = acc * alpha[:, None] + dot_rounded(p, v, PRECISION, UPCAST)
         m_i = m_new
     empty = l_i == 0.0  # a row the mask leaves no key: output 0, and p = 0 in backward
     l_i = tl.where(empty, 1.0, l_i)
@@ -142,7 +150,7 @@ def _backward_kv(
                 n_q, n_k, offset, scale, xi, G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST,
             )  # fmt: skip
             p = tl.exp(z - m[:, None]) * inv_l[:, None]
-            dv += dot_split(tl.trans(p), do, PRECISION, UPCAST)
+            dv += dot_rounded(tl.trans(p), do, PRECISION, UPCAST)
             dp = dot(do, tl.trans(v), PRECISION, UPCAST)
             dz = tl.where(allowed, p * (dp - delta[:, None]), 0.0)
             dk += dot_split(tl.trans(dz), q, PRECISION, UPCAST)
