@@ -17,3 +17,19 @@ def squeeze_interpreter_indices() -> None:
 
     patched.squeezes_indices = True
     interpreter._patch_lang_tensor = patched
+
+
+def interpreter_or_skip(cuda_tests: str) -> None:
+    """Skip the calling test module unless triton runs here in its interpreter (CPU tensors; set
+    by tests/conftest.py where CUDA is absent), naming ``cuda_tests``, the module that checks the
+    compiled kernel; else apply the work-arounds. Call before importing a kernel module."""
+    import pytest
+
+    triton = pytest.importorskip("triton", reason="triton is not installed (the kernels')")
+    if not triton.knobs.runtime.interpret:
+        pytest.skip(
+            "CPU tensors in Triton's interpreter: TRITON_INTERPRET=1, which tests/conftest.py sets "
+            f"without CUDA (on CUDA: {cuda_tests})",
+            allow_module_level=True,
+        )
+    squeeze_interpreter_indices()

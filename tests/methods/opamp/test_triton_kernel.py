@@ -11,20 +11,12 @@ from tests.attention.test_math import left_padding_mask
 from tests.attention.test_tile_ranges import scattered_mask
 from tests.methods.opamp.test_fused import _inputs, _layer, _values_and_grads
 from tests.methods.rectify.test_kernel_bf16 import _bf16_errors, _rel
-from tests.triton_interpreter import squeeze_interpreter_indices
+from tests.triton_interpreter import interpreter_or_skip
 from zoomattn.attention import kernels
 from zoomattn.attention.math import attention_probs, repeat_kv, sdpa
 from zoomattn.methods.opamp import kernel
 
-triton = pytest.importorskip("triton", reason="triton is not installed (the kernel's)")
-if not triton.knobs.runtime.interpret:
-    pytest.skip(
-        "CPU tensors in Triton's interpreter: TRITON_INTERPRET=1, which tests/conftest.py sets "
-        "without CUDA (on CUDA: tests/gpu/test_opamp_fused_on_cuda.py)",
-        allow_module_level=True,
-    )
-
-squeeze_interpreter_indices()
+interpreter_or_skip("tests/gpu/test_opamp_fused_on_cuda.py")
 from zoomattn.methods.opamp.triton_kernel import two_branch_flash  # noqa: E402
 
 N, D = 24, 16  # 16 + 8: two query tiles and two key tiles, the second ragged

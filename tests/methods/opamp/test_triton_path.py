@@ -2,18 +2,13 @@
 the adapters, which it recomputes in backward with the forward's dropout masks: on the CPU through
 Triton's interpreter (its values and gradients against the plain path: test_triton_kernel.py)."""
 
-import pytest
 import torch
 
 from tests.methods.opamp.test_fused import _inputs, _layer
-from tests.triton_interpreter import squeeze_interpreter_indices
+from tests.triton_interpreter import interpreter_or_skip
 from zoomattn.attention.math import sdpa
 
-triton = pytest.importorskip("triton", reason="triton is not installed (the kernel's)")
-if not triton.knobs.runtime.interpret:
-    pytest.skip("CPU tensors in Triton's interpreter (TRITON_INTERPRET=1, tests/conftest.py)",
-                allow_module_level=True)  # fmt: skip
-squeeze_interpreter_indices()
+interpreter_or_skip("tests/gpu/test_opamp_fused_on_cuda.py")
 
 N, D = 24, 16
 

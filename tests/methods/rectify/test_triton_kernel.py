@@ -9,7 +9,7 @@ import torch
 from tests.attention.test_tile_ranges import scattered_mask
 from tests.methods.rectify.test_kernel import _inputs, left_padding_mask
 from tests.methods.rectify.test_kernel_bf16 import _bf16_errors, _rel
-from tests.triton_interpreter import squeeze_interpreter_indices
+from tests.triton_interpreter import interpreter_or_skip
 from zoomattn.attention import kernels
 from zoomattn.attention.math import sdpa
 from zoomattn.methods.rectify.kernel import (
@@ -19,16 +19,7 @@ from zoomattn.methods.rectify.kernel import (
     rectified_attention_materialised,
 )
 
-triton = pytest.importorskip("triton", reason="triton is not installed (the fused kernel's)")
-if not triton.knobs.runtime.interpret:
-    pytest.skip(
-        "CPU tensors in Triton's interpreter: TRITON_INTERPRET=1, which tests/conftest.py sets "
-        "without CUDA (on CUDA: tests/gpu/test_rectify_triton_on_cuda.py)",
-        allow_module_level=True,
-    )
-
-
-squeeze_interpreter_indices()
+interpreter_or_skip("tests/gpu/test_rectify_triton_on_cuda.py")
 from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention  # noqa: E402
 
 N = 24  # 16 + 8: two query tiles and two key tiles, the second ragged
