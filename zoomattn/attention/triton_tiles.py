@@ -1,7 +1,8 @@
 """Triton device functions every fused attention kernel shares (rectification's, OpAmp's): fp32
-dot products and bf16 rounding that Triton's interpreter reproduces, a tile's allowed keys, and
-the span of tiles a program visits. Imports triton: import only where it is installed (the
-kernels are imported lazily, on CUDA or in the interpreter)."""
+dot products and bf16 rounding that Triton's interpreter reproduces, a tile's offsets, its allowed
+keys, a step of the online softmax, and the span of tiles a program visits. Imports triton:
+import only where it is installed (the kernels are imported lazily, on CUDA or in the
+interpreter)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,33 @@ def dot_rounded(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     """a @ b for fp32 a (probabilities, score gradients) rounded once to b's dtype, as
     FlashAttention does (``dot_split`` keeps twice the bits, at twice the products)."""
     return dot(cast(a, b.dtype, UPCAST), b, PRECISION, UPCAST)
+
+
+@triton.jit
+def tile(b, h, offs, offs_d, s_b, s_h, s_l, s_d, n, head_dim):
+    """Offsets of positions ``offs`` × features ``offs_d`` of head h of batch b, in a tensor with
+    the strides s_b, s_h, s_l, s_d, and where they exist (position < n, feature < head_dim)."""
+    offsets = b * s_b + h * s_h + offs[:, None] * s_l + offs_d[None, :] * s_d
+    return offsets, (offs[:, None] < n) & (offs_d[None, :] < head_dim)
+
+
+@triton.jit
+def online_softmax(
+    z, m_i, l_i, acc, v, SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr
+):  # fmt: skip
+    """One key tile of the online softmax (running max m, sum l, acc = Σ exp(z − m)·v). A row with
+    no allowed key so far keeps m = −inf and l = 0: its maximum is taken as 0 only inside the
+    exponentials, so that none sees −inf − (−inf) and a later tile still sets its true maximum.
+    P meets v in two bf16 parts (SPLIT, ``dot_split``) or rounded once (``dot_rounded``)."""
+    m_new = tl.maximum(m_i, tl.max(z, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m_i - m_safe)
+    p = tl.exp(z - m_safe[:, None])
+    if SPLIT:
+        pv = dot_split(p, v, PRECISION, UPCAST)
+    else:
+        pv = dot_rounded(p, v, PRECISION, UPCAST)
+    return m_new, l_i * alpha + tl.sum(p, 1), acc * alpha[:, None] + pv
 
 
 @triton.jit

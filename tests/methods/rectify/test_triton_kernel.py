@@ -151,3 +151,23 @@ def test_fused_rejects_float64_a_mask_of_the_wrong_shape_and_head_dim_over_128_n
 def test_fused_with_a_scattered_mask_and_empty_tiles_equals_materialised():
     inputs = _inputs(2, 2, 1, N, N, d=16, dtype=torch.float32)
     _assert_fused_is_materialised(Rectifier("max", 3.0), inputs, scattered_mask(N, N))
+
+
+def test_fused_row_whose_first_tile_allows_nothing_keeps_its_true_maximum():
+    """Row 1 allows only key 20, in the second key tile its query tile visits (row 0 allows key
+    0), and every score is −150: its running maximum must come from that tile, not from the
+    empty first one (a maximum of 0 there would make exp(−150) vanish and the row 0)."""
+    d, n = 16, 32
+    q = torch.full((1, 1, 16, d), -37.5)  # q·k·s = −37.5 · 16 · 16^−½ = −150
+    u = torch.zeros_like(q)
+    k = torch.ones(1, 1, n, d)
+    v = torch.randn(1, 1, n, d, generator=torch.Generator().manual_seed(0))
+    mask = torch.zeros(1, 1, 16, n, dtype=torch.bool)
+    mask[0, 0, 0, 0] = mask[0, 0, 1, 20] = True
+    mask[0, 0, 2:, :] = True
+    g = Rectifier("max", 3.0)
+    with torch.no_grad():
+        out = fused_rectified_attention(q, u, k, v, g, mask)
+        reference = rectified_attention_materialised(q, u, k, v, g, mask)
+    torch.testing.assert_close(out[0, 0, 1], v[0, 0, 20])
+    torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)

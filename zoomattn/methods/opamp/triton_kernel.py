@@ -57,9 +57,11 @@ from zoomattn.attention.triton_tiles import (
     dot,
     dot_rounded,
     key_range,
+    online_softmax,
     query_range,
+    tile,
 )
-from zoomattn.methods.opamp.triton_tiles import finish, online_softmax, scores
+from zoomattn.methods.opamp.triton_tiles import finish, scores
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -77,13 +79,10 @@ def _forward(
     b, h = bh // n_heads, bh % n_heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    rows_ok = (offs_m[:, None] < n_q) & (offs_d[None, :] < head_dim)
-    rows0 = b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_d[None, :] * sq_d
+    rows0, rows_ok = tile(b, h, offs_m, offs_d, sq_b, sq_h, sq_l, sq_d, n_q, head_dim)
     rows1 = rows0 + n_heads * sq_h  # the same head of branch 1
     q0 = tl.load(Q + rows0, mask=rows_ok, other=0.0)
     q1 = tl.load(Q + rows1, mask=rows_ok, other=0.0)
-    k_head = b * sk_b + (h // group) * sk_h
-    v_head = b * sv_b + (h // group) * sv_h
     mask_rows = MASK + b * sm_b + offs_m[:, None] * sm_l
 
     m0 = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -95,21 +94,20 @@ def _forward(
     start, end = key_range(RANGES, b, pid_m, n_k, offset, CAUSAL, HAS_MASK, BLOCK_M)
     for start_n in range(start, end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        cols_ok = (offs_n[:, None] < n_k) & (offs_d[None, :] < head_dim)
-        k_cols = k_head + offs_n[:, None] * sk_l + offs_d[None, :] * sk_d
+        k_cols, cols_ok = tile(b, h // group, offs_n, offs_d, sk_b, sk_h, sk_l, sk_d, n_k, head_dim)
         k0 = tl.load(K + k_cols, mask=cols_ok, other=0.0)
         k1 = tl.load(K + k_cols + n_kv * sk_h, mask=cols_ok, other=0.0)
-        v_cols = v_head + offs_n[:, None] * sv_l + offs_d[None, :] * sv_d
+        v_cols, _ = tile(b, h // group, offs_n, offs_d, sv_b, sv_h, sv_l, sv_d, n_k, head_dim)
         v = tl.load(V + v_cols, mask=cols_ok, other=0.0)
         allowed = allowed_keys(offs_m, offs_n, mask_rows, n_q, n_k, offset, CAUSAL, HAS_MASK)
         z0 = scores(q0, k0, allowed, scale, PRECISION, UPCAST)
         z1 = scores(q1, k1, allowed, scale, PRECISION, UPCAST)
-        m0, l0, acc0 = online_softmax(z0, m0, l0, acc0, v, PRECISION, UPCAST)
-        m1, l1, acc1 = online_softmax(z1, m1, l1, acc1, v, PRECISION, UPCAST)
+        m0, l0, acc0 = online_softmax(z0, m0, l0, acc0, v, True, PRECISION, UPCAST)
+        m1, l1, acc1 = online_softmax(z1, m1, l1, acc1, v, True, PRECISION, UPCAST)
     o0, lse0 = finish(m0, l0, acc0)
     o1, lse1 = finish(m1, l1, acc1)
     out = (o0 + o1) * common + (o0 - o1) * differential  # combine_modes, in fp32, rounded once
-    out_rows = b * so_b + h * so_h + offs_m[:, None] * so_l + offs_d[None, :] * so_d
+    out_rows, _ = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
     tl.store(OUT + out_rows, cast(out, OUT.dtype.element_ty, UPCAST), mask=rows_ok)
     tl.store(O_BRANCH + rows0, cast(o0, O_BRANCH.dtype.element_ty, UPCAST), mask=rows_ok)
     tl.store(O_BRANCH + rows1, cast(o1, O_BRANCH.dtype.element_ty, UPCAST), mask=rows_ok)
@@ -132,10 +130,9 @@ def _backward_kv(
     b, hk = bk // n_kv, bk % n_kv
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    cols_ok = (offs_n[:, None] < n_k) & (offs_d[None, :] < head_dim)
-    k_cols0 = b * sk_b + hk * sk_h + offs_n[:, None] * sk_l + offs_d[None, :] * sk_d
+    k_cols0, cols_ok = tile(b, hk, offs_n, offs_d, sk_b, sk_h, sk_l, sk_d, n_k, head_dim)
     k_cols1 = k_cols0 + n_kv * sk_h
-    v_cols = b * sv_b + hk * sv_h + offs_n[:, None] * sv_l + offs_d[None, :] * sv_d
+    v_cols, _ = tile(b, hk, offs_n, offs_d, sv_b, sv_h, sv_l, sv_d, n_k, head_dim)
     k0 = tl.load(K + k_cols0, mask=cols_ok, other=0.0)
     k1 = tl.load(K + k_cols1, mask=cols_ok, other=0.0)
     v = tl.load(V + v_cols, mask=cols_ok, other=0.0)
@@ -147,11 +144,10 @@ def _backward_kv(
         h = hk * group + j
         for start_m in range(first, last, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
-            rows_ok = (offs_m[:, None] < n_q) & (offs_d[None, :] < head_dim)
-            rows0 = b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_d[None, :] * sq_d
+            rows0, rows_ok = tile(b, h, offs_m, offs_d, sq_b, sq_h, sq_l, sq_d, n_q, head_dim)
             q0 = tl.load(Q + rows0, mask=rows_ok, other=0.0)
             q1 = tl.load(Q + rows0 + n_heads * sq_h, mask=rows_ok, other=0.0)
-            do_rows = b * so_b + h * so_h + offs_m[:, None] * so_l + offs_d[None, :] * so_d
+            do_rows, _ = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
             do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
             stats0 = (b * 2 * n_heads + h) * n_q + offs_m
             ok = offs_m < n_q
@@ -188,12 +184,11 @@ def _backward_q(
     b, h = bh // n_heads, bh % n_heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    rows_ok = (offs_m[:, None] < n_q) & (offs_d[None, :] < head_dim)
-    rows0 = b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_d[None, :] * sq_d
+    rows0, rows_ok = tile(b, h, offs_m, offs_d, sq_b, sq_h, sq_l, sq_d, n_q, head_dim)
     rows1 = rows0 + n_heads * sq_h
     q0 = tl.load(Q + rows0, mask=rows_ok, other=0.0)
     q1 = tl.load(Q + rows1, mask=rows_ok, other=0.0)
-    do_rows = b * so_b + h * so_h + offs_m[:, None] * so_l + offs_d[None, :] * so_d
+    do_rows, _ = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
     do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
     stats0 = (b * 2 * n_heads + h) * n_q + offs_m
     ok = offs_m < n_q
@@ -201,19 +196,16 @@ def _backward_q(
     lse1 = tl.load(LSE + stats0 + n_heads * n_q, mask=ok, other=float("inf"))
     delta0 = tl.load(DELTA + stats0, mask=ok, other=0.0)
     delta1 = tl.load(DELTA + stats0 + n_heads * n_q, mask=ok, other=0.0)
-    k_head = b * sk_b + (h // group) * sk_h
-    v_head = b * sv_b + (h // group) * sv_h
     mask_rows = MASK + b * sm_b + offs_m[:, None] * sm_l
     dq0 = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dq1 = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     start, end = key_range(RANGES, b, pid_m, n_k, offset, CAUSAL, HAS_MASK, BLOCK_M)
     for start_n in range(start, end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        cols_ok = (offs_n[:, None] < n_k) & (offs_d[None, :] < head_dim)
-        k_cols = k_head + offs_n[:, None] * sk_l + offs_d[None, :] * sk_d
+        k_cols, cols_ok = tile(b, h // group, offs_n, offs_d, sk_b, sk_h, sk_l, sk_d, n_k, head_dim)
         k0 = tl.load(K + k_cols, mask=cols_ok, other=0.0)
         k1 = tl.load(K + k_cols + n_kv * sk_h, mask=cols_ok, other=0.0)
-        v_cols = v_head + offs_n[:, None] * sv_l + offs_d[None, :] * sv_d
+        v_cols, _ = tile(b, h // group, offs_n, offs_d, sv_b, sv_h, sv_l, sv_d, n_k, head_dim)
         v = tl.load(V + v_cols, mask=cols_ok, other=0.0)
         allowed = allowed_keys(offs_m, offs_n, mask_rows, n_q, n_k, offset, CAUSAL, HAS_MASK)
         p0 = tl.exp(scores(q0, k0, allowed, scale, PRECISION, UPCAST) - lse0[:, None])

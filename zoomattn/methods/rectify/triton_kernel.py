@@ -52,7 +52,9 @@ from zoomattn.attention.triton_tiles import (
     dot_rounded,
     dot_split,
     key_range,
+    online_softmax,
     query_range,
+    tile,
 )
 from zoomattn.methods.rectify.triton_tiles import G_KINDS, tile_scores
 
@@ -72,11 +74,9 @@ def _forward(
     b, h = bh // n_heads, bh % n_heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    rows = b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_d[None, :] * sq_d
-    rows_ok = (offs_m[:, None] < n_q) & (offs_d[None, :] < head_dim)
+    rows, rows_ok = tile(b, h, offs_m, offs_d, sq_b, sq_h, sq_l, sq_d, n_q, head_dim)
     q = tl.load(Q + rows, mask=rows_ok, other=0.0)
     u = tl.load(U + rows, mask=rows_ok, other=0.0)
-    kv = b * sk_b + (h // group) * sk_h  # this query head's KV head
     mask_rows = MASK + b * sm_b + offs_m[:, None] * sm_l
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -85,21 +85,14 @@ def _forward(
     start, end = key_range(RANGES, b, pid_m, n_k, offset, CAUSAL, HAS_MASK, BLOCK_M)
     for start_n in range(start, end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        cols = kv + offs_n[:, None] * sk_l + offs_d[None, :] * sk_d
-        cols_ok = (offs_n[:, None] < n_k) & (offs_d[None, :] < head_dim)
+        cols, cols_ok = tile(b, h // group, offs_n, offs_d, sk_b, sk_h, sk_l, sk_d, n_k, head_dim)
         k = tl.load(K + cols, mask=cols_ok, other=0.0)
         v = tl.load(V + cols, mask=cols_ok, other=0.0)
         z, _, _ = tile_scores(
             q, u, k, offs_m, offs_n, mask_rows, n_q, n_k, offset, scale, xi,
             G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST,
         )  # fmt: skip
-        m_new = tl.maximum(m_i, tl.max(z, 1))
-        m_new = tl.where(m_new == float("-inf"), 0.0, m_new)  # no allowed key yet: p = 0
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(z - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + dot_rounded(p, v, PRECISION, UPCAST)
-        m_i = m_new
+        m_i, l_i, acc = online_softmax(z, m_i, l_i, acc, v, False, PRECISION, UPCAST)
     empty = l_i == 0.0  # a row the mask leaves no key: output 0, and p = 0 in backward
     l_i = tl.where(empty, 1.0, l_i)
     m_i = tl.where(empty, 0.0, m_i)
@@ -124,8 +117,7 @@ def _backward_kv(
     b, hk = bk // n_kv, bk % n_kv
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    cols = b * sk_b + hk * sk_h + offs_n[:, None] * sk_l + offs_d[None, :] * sk_d
-    cols_ok = (offs_n[:, None] < n_k) & (offs_d[None, :] < head_dim)
+    cols, cols_ok = tile(b, hk, offs_n, offs_d, sk_b, sk_h, sk_l, sk_d, n_k, head_dim)
     k = tl.load(K + cols, mask=cols_ok, other=0.0)
     v = tl.load(V + cols, mask=cols_ok, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
@@ -135,11 +127,10 @@ def _backward_kv(
         h = hk * group + j
         for start_m in range(first, last, BLOCK_M):
             offs_m = start_m + tl.arange(0, BLOCK_M)
-            rows_ok = (offs_m[:, None] < n_q) & (offs_d[None, :] < head_dim)
-            rows = b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_d[None, :] * sq_d
+            rows, rows_ok = tile(b, h, offs_m, offs_d, sq_b, sq_h, sq_l, sq_d, n_q, head_dim)
             q = tl.load(Q + rows, mask=rows_ok, other=0.0)
             u = tl.load(U + rows, mask=rows_ok, other=0.0)
-            do_rows = b * so_b + h * so_h + offs_m[:, None] * so_l + offs_d[None, :] * so_d
+            do_rows, _ = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
             do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
             stats = (b * n_kv * group + h) * n_q + offs_m
             m = tl.load(M + stats, mask=offs_m < n_q, other=0.0)
@@ -173,25 +164,22 @@ def _backward_q(
     b, h = bh // n_heads, bh % n_heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    rows = b * sq_b + h * sq_h + offs_m[:, None] * sq_l + offs_d[None, :] * sq_d
-    rows_ok = (offs_m[:, None] < n_q) & (offs_d[None, :] < head_dim)
+    rows, rows_ok = tile(b, h, offs_m, offs_d, sq_b, sq_h, sq_l, sq_d, n_q, head_dim)
     q = tl.load(Q + rows, mask=rows_ok, other=0.0)
     u = tl.load(U + rows, mask=rows_ok, other=0.0)
-    do_rows = b * so_b + h * so_h + offs_m[:, None] * so_l + offs_d[None, :] * so_d
+    do_rows, _ = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
     do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
     stats = bh * n_q + offs_m
     m = tl.load(M + stats, mask=offs_m < n_q, other=0.0)
     inv_l = 1.0 / tl.load(L + stats, mask=offs_m < n_q, other=1.0)
     delta = tl.load(DELTA + stats, mask=offs_m < n_q, other=0.0)
-    kv = b * sk_b + (h // group) * sk_h
     mask_rows = MASK + b * sm_b + offs_m[:, None] * sm_l
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     du = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     start, end = key_range(RANGES, b, pid_m, n_k, offset, CAUSAL, HAS_MASK, BLOCK_M)
     for start_n in range(start, end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        cols = kv + offs_n[:, None] * sk_l + offs_d[None, :] * sk_d
-        cols_ok = (offs_n[:, None] < n_k) & (offs_d[None, :] < head_dim)
+        cols, cols_ok = tile(b, h // group, offs_n, offs_d, sk_b, sk_h, sk_l, sk_d, n_k, head_dim)
         k = tl.load(K + cols, mask=cols_ok, other=0.0)
         v = tl.load(V + cols, mask=cols_ok, other=0.0)
         z, dg, allowed = tile_scores(
