@@ -24,9 +24,13 @@ from zoomattn.methods.opamp.triton_kernel import flash_backward, flash_forward, 
 def triton_two_branch(q, k, v, adapters, gains, mask=None, scaling=None, block=1024):
     """c·(O₀ + O₁) + d·(O₀ − O₁) as ``kernel.two_branch_attention``; ``adapters`` as
     ``fused.stacked_two_branch``."""
-    params = [p for pair in adapters for a in pair for p in a.parameters() if p.requires_grad]
     spec = (adapters, tuple(gains), mask, scaling, block)
-    return _AdaptedFlash.apply(q, k, v, spec, *params)
+    return _AdaptedFlash.apply(q, k, v, spec, *_trainable(adapters))
+
+
+def _trainable(adapters) -> list[torch.Tensor]:
+    """The adapters' trainable tensors, in one order for the forward's inputs and backward."""
+    return [p for pair in adapters for a in pair for p in a.parameters() if p.requires_grad]
 
 
 class _AdaptedFlash(torch.autograd.Function):
@@ -48,7 +52,7 @@ class _AdaptedFlash(torch.autograd.Function):
     def backward(ctx, grad):
         q, k, v, o_branch, lse, mask_bytes = ctx.saved_tensors
         adapters, gains, _, _, block = ctx.spec
-        params = [p for pair in adapters for a in pair for p in a.parameters() if p.requires_grad]
+        params = _trainable(adapters)
         with torch.enable_grad(), rng_restored(ctx.rng, q.device):
             leaves = [x.detach().requires_grad_(x.requires_grad) for x in (q, k)]
             q_stack, k_stack = adapted_stacks(*leaves, adapters, gains, block)
