@@ -112,7 +112,9 @@ def _block(q, u, k, v, allowed, scale: float, g: Rectifier, causal_from=None) ->
     if allowed is None:
         return (scores.softmax(dim=-1) @ v.to(dtype)).to(q.dtype)
     probs = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min).softmax(dim=-1)
-    return (_without_empty_rows(probs, allowed) @ v.to(dtype)).to(q.dtype)
+    if causal_from is None:  # a causal row always sees its own key: no copy of probs for nothing
+        probs = _without_empty_rows(probs, allowed)
+    return (probs @ v.to(dtype)).to(q.dtype)
 
 
 def _without_empty_rows(probs: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
