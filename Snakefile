@@ -11,6 +11,7 @@ import sys
 from zoomattn import worker
 from zoomattn.__main__ import ENV_RESULTS
 from zoomattn.config import ConfigError, config_hash, load_config, read_yaml
+from zoomattn.rate_limit import drop_default_rate_limit
 from zoomattn.tracking import ENV_CONFIG_HASH, ENV_EXPERIMENT, ENV_PARENT
 
 
@@ -69,12 +70,14 @@ WORKER = []  # the warm fork server of a local run (zoomattn/worker.py)
 
 
 onstart:
+    print(f"zoomattn: {drop_default_rate_limit(workflow.scheduler)}", file=sys.stderr)
+    # the worker first: it preloads (~10 s) while the parent run is made
+    if workflow.local_exec and os.environ.get("ZOOMATTN_NO_WORKER") != "1":
+        WORKER.append(worker.start(PYTHON, f"{OUT}/logs/worker.log"))
     # One parent MLflow run per invocation; jobs find it (and the experiment) in the environment.
     ids = json.loads(zoomattn_cli("mlflow-start", "--preset", PRESET, stdin=json.dumps(CFG)))
     os.environ[ENV_EXPERIMENT] = ids["experiment_id"]
     os.environ[ENV_PARENT] = ids["run_id"]
-    if workflow.local_exec and os.environ.get("ZOOMATTN_NO_WORKER") != "1":
-        WORKER.append(worker.start(PYTHON, f"{OUT}/logs/worker.log"))
 
 
 onsuccess:

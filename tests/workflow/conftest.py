@@ -21,9 +21,11 @@ from tests.workflow.scratch import (
 
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory) -> Path:
-    """A scratch workflow copy on which the smoke grid has run once with -j 2."""
+    """A scratch workflow copy on which the smoke grid has run once with -j 2 (what Snakemake
+    printed on stderr kept in ``snakemake.stderr`` beside it)."""
     wd = copy_workflow(tmp_path_factory.mktemp("workflow"))
-    snakemake(wd, "-j", "2", *SMOKE)
+    done = snakemake(wd, "-j", "2", *SMOKE)
+    (wd.parent / "snakemake.stderr").write_text(done.stderr)
     return wd
 
 

@@ -147,6 +147,13 @@ def test_invalid_config_stops_before_any_job_naming_the_key(workdir, tmp_path):
     assert where in done.stdout + done.stderr
 
 
+def test_the_run_drops_snakemakes_default_job_rate_limit(workdir):
+    """zoomattn/rate_limit.py: without it the scheduling loop wakes ~70 times a second by the
+    end of the smoke grid."""
+    stderr = (workdir.parent / "snakemake.stderr").read_text()
+    assert "zoomattn: Snakemake's default job rate limit (100/1s) dropped" in stderr
+
+
 def test_the_warm_worker_ran_jobs_and_stopped_with_the_run(workdir):
     log = (workdir / "results/smoke/logs/worker.log").read_text()
     assert "job evaluate " in log and "job finetune " in log
