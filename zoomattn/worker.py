@@ -52,9 +52,12 @@ STACK = (
 PRELOAD_WITHOUT_CUDA = ("peft",)
 
 
-def start(python: str, log: str) -> subprocess.Popen:
+def start(
+    python: str, log: str, cwd: str | None = None, env: dict | None = None
+) -> subprocess.Popen:
     """Start a server for this process's jobs (it stops when this process does) and name it in
-    the environment its jobs inherit."""
+    the environment its jobs inherit. ``cwd`` and ``env``: the server's (default: ours); its
+    package is the one ``python -m zoomattn`` finds there."""
     path = os.path.join(tempfile.gettempdir(), f"{SOCKET_PREFIX}{uuid.uuid4().hex[:12]}.sock")
     os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
     with open(log, "w") as out:
@@ -63,6 +66,8 @@ def start(python: str, log: str) -> subprocess.Popen:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
         )
     os.environ[ENV_WORKER] = path
     return proc

@@ -6,13 +6,17 @@ source there and watch which jobs Snakemake schedules, without touching the chec
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from zoomattn import worker
 from zoomattn.config import ROOT
 
 SMOKE = ["--config", "preset=smoke"]
@@ -48,6 +52,29 @@ def snakemake(
     if check and done.returncode:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
     return done
+
+
+@contextlib.contextmanager
+def warm_worker(workdir: Path) -> Iterator[Callable[[], None]]:
+    """A warm worker (zoomattn/worker.py) serving the scratch copy's package, named in this
+    process's environment (so in that of the Snakemake runs it starts) until the block ends.
+    Yields a function that waits until it serves (it loads for ~10 s: start it early)."""
+    env = {**os.environ, "PYTHONPATH": str(workdir)}
+    server = worker.start(sys.executable, str(workdir / "worker.log"), cwd=workdir, env=env)
+    socket_path = os.environ[worker.ENV_WORKER]
+
+    def wait_until_ready() -> None:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(socket_path):
+            if server.poll() is not None or time.monotonic() > deadline:
+                log = (workdir / "worker.log").read_text()
+                raise AssertionError(f"the worker did not become ready:\n{log}")
+            time.sleep(0.2)
+
+    try:
+        yield wait_until_ready
+    finally:
+        worker.stop(server)
 
 
 def mlflow_client(workdir: Path):

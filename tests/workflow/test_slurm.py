@@ -1,7 +1,13 @@
 """The smoke grid through the shipped profile (`snakemake --profile slurm`) on a real Slurm.
 
 Only the site values change for the test cluster (its partition) and the plugin's first status
-check comes sooner; everything else is the profile and config a user gets. The cluster needs root
+check comes sooner; everything else is the profile and config a user gets. One thing differs from
+a real cluster: every Slurm job's ``python -m zoomattn`` hands its stage to a warm worker the test
+starts on this, the cluster's one node (zoomattn/worker.py, as local runs do), instead of paying
+~10 s of imports itself: 17 fresh processes on two cores made this module 230 s of the suite,
+with the worker 130 s. The Slurm job still runs the client, whose environment (``SLURM_JOB_ID``
+included) the stage runs in; stages in fresh processes are what the interruption test
+(test_interruptions.py) and the resume tests check. The cluster needs root
 (apt install when Slurm is missing, daemons, /etc/slurm/slurm.conf); on a machine where that is
 impossible, ZOOMATTN_SKIP_SLURM=1 skips this module with that reason. CI never sets it.
 """
@@ -16,7 +22,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.workflow.scratch import SMOKE, copy_workflow, mlflow_runs, snakemake
+from tests.workflow.scratch import SMOKE, copy_workflow, mlflow_runs, snakemake, warm_worker
 from tests.workflow.slurm_cluster import PARTITION, one_node_cluster
 
 pytestmark = [
@@ -35,11 +41,13 @@ SLURM_RATIOS = [0.9]  # the noise ratio of the attention analysis only
 @pytest.fixture(scope="module")
 def slurm_run(tmp_path_factory):
     """(workdir, cluster env, snakemake result) of the smoke grid run through Slurm."""
-    with one_node_cluster(tmp_path_factory.mktemp("slurm")) as env:
-        wd = copy_workflow(tmp_path_factory.mktemp("workflow"))
+    wd = copy_workflow(tmp_path_factory.mktemp("workflow"))
+    cluster_dir = tmp_path_factory.mktemp("slurm")
+    # the worker loads while the cluster starts; it serves until the module's tests are done
+    with warm_worker(wd) as wait_until_ready, one_node_cluster(cluster_dir) as env:
         site = wd / "site.yaml"
         # the side studies, OpAmp's second K and its clean noise ratio add jobs of kinds the rest
-        # already sends through Slurm (each a fresh process there: ~15 s of start-up apiece)
+        # already sends through Slurm (each ~5-15 s of start-up there)
         site.write_text(
             yaml.safe_dump(
                 {
@@ -61,6 +69,7 @@ def slurm_run(tmp_path_factory):
                 }
             )
         )
+        wait_until_ready()
         done = snakemake(
             wd,
             "--profile",
@@ -100,6 +109,8 @@ def test_every_job_ran_as_a_slurm_job_and_finished_in_mlflow(slurm_run):
     ids = [r.data.tags.get("zoomattn.slurm_job_id") for r in cluster_jobs]
     assert None not in ids and len(set(ids)) == len(ids)  # one Slurm job per rule job
     assert "zoomattn.slurm_job_id" not in reporting[0].data.tags  # localrule: no Slurm job
+    served = re.findall(r"job (\S+) ", (wd / "worker.log").read_text())
+    assert len(served) == len(jobs)  # each Slurm job's stage ran in the worker (docstring)
 
 
 def test_slurm_jobs_asked_for_the_configs_resources_on_the_site_partition(slurm_run):
