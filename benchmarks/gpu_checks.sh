@@ -53,6 +53,9 @@ step attention 170 $py benchmarks/gpu_paper.py --attention-only --repeats 3 \
 step rectify_tiles 200 $py benchmarks/rectified_triton.py --sweep --lengths 4096 --budget-s 150 \
   --out "$out/rectified_tiles.json"
 step rectify_padded 60 $py benchmarks/rectified_triton.py --lengths 8192 --padded 0.25 --repeats 3
+# LKG-RALM with 2 of 32 heads fused taken apart (benchmarks/relevance_fusion.py: the flex kernel
+# alone, and the split of the heads done by splicing into SDPA on every head)
+step lkg_heads 90 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192 --repeats 5
 step overhead 80 $py benchmarks/distributed_overhead.py --layers 2 --steps 6 --out "$out"
 step lane_distributed 120 "${lane[@]}" -s tests/gpu/test_distributed_on_cuda.py
 step lane_methods 120 "${lane[@]}" tests/gpu/test_methods_on_cuda.py tests/gpu/test_probes_on_cuda.py

@@ -29,6 +29,9 @@ compiled; the first step of each compiles, outside the measure). The segments ar
 (the model does so once per forward); the bias paths build their bias in every step (the model
 builds one per layer); the flex paths reuse their block mask across steps as the model's layers
 do, and ``flex_all_new_mask`` builds it in every step (what one layer per forward would pay).
+Two more take ``flex_2of32`` apart: ``flex_2of32_alone`` is the two fused heads' FlexAttention on
+its own (their q, K, V selected outside the step), ``flex_2of32_spliced`` the whole split done
+as ``spliced_by_heads`` does it (SDPA on every head, the fused heads' outputs put in place).
 Time: median of CUDA-event-timed steps; memory: peak allocated during one step above what was
 allocated before it (the inputs).
 
@@ -184,8 +187,38 @@ def report(memory: dict, timed: dict, args) -> tuple[dict, str]:
     return {"meta": meta, "rows": table}, "\n".join(lines) + "\n"
 
 
-CUDA_VARIANTS = ("sdpa", "bias_all", "bias_2of32", "flex_all", "flex_2of32", "flex_all_new_mask")
+CUDA_VARIANTS = (
+    "sdpa",
+    "bias_all",
+    "bias_2of32",
+    "flex_all",
+    "flex_2of32",
+    "flex_2of32_spliced",
+    "flex_2of32_alone",
+    "flex_all_new_mask",
+)
 TWO_OF_32 = (1, 22)  # two KV groups of 8
+
+
+def spliced_by_heads(q, k, v, mask, scaling, heads, attend):
+    """``kernel.by_heads`` another way, timed as ``flex_2of32_spliced`` (H200, 2 of 32 heads fused:
+    the flex path held 1.27x SDPA's memory and was slower than the bias path at 4096): plain SDPA
+    on every head, GQA left to its kernel, then the fused heads' outputs put in their places.
+    ``by_heads`` copies the other heads' queries and expands K and V to one head per query head
+    for them (30 of 32), and concatenates and reorders the outputs; this computes SDPA on the
+    fused heads too (2 of 32: ~6% more SDPA work) and drops it, which gives them a gradient of 0
+    through SDPA. The same values and gradients (tests/benchmarks/test_relevance_fusion.py)."""
+    import torch
+
+    from zoomattn.attention.math import sdpa
+    from zoomattn.methods.lkg.kernel import _heads, _select
+
+    fused = _heads(heads, q.shape[1])
+    out = sdpa(q, k, v, mask, scaling)
+    if not fused:
+        return out
+    index = torch.tensor(fused, device=q.device)
+    return out.index_copy(1, index, attend(*_select(q, k, v, fused)))
 
 
 def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int):
@@ -196,6 +229,7 @@ def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int):
     from zoomattn.methods.lkg import flex
     from zoomattn.methods.lkg.kernel import (
         Boundary,
+        _select,
         call_mask,
         fusion_bias,
         relevance_attention,
@@ -225,18 +259,28 @@ def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int):
             q, k, v, None, None, fused_heads, segments, segments, log_alpha
         )
 
+    def flex_heads(q, k, v):  # the fused heads' FlexAttention, as flex_relevance_attention's
+        return flex.flex_fused_heads(q, k, v, None, None, segments, segments, log_alpha)
+
+    # the fused heads' kernel alone: their q and K/V selected once, outside the timed step
+    two = []
+    if max(TWO_OF_32) < heads:
+        two = [t.detach().requires_grad_(True) for t in _select(q, k, v, list(TWO_OF_32))]
+
     fns = {
         "sdpa": lambda: sdpa(q, k, v),
         "bias_all": lambda: bias(everything),
         "bias_2of32": lambda: bias(TWO_OF_32),
         "flex_all": lambda: flex_path(everything),
         "flex_2of32": lambda: flex_path(TWO_OF_32),
+        "flex_2of32_spliced": lambda: spliced_by_heads(q, k, v, None, None, TWO_OF_32, flex_heads),
+        "flex_2of32_alone": lambda: flex_heads(*two),
         "flex_all_new_mask": lambda: flex_path(everything, new_mask=True),
     }
 
     def step(variant):
         fns[variant]().float().square().mean().backward()
-        for t in (q, k, v, log_alpha):
+        for t in (q, k, v, log_alpha, *two):
             t.grad = None
 
     inputs_mib = sum(t.numel() * t.element_size() for t in (q, k, v)) / 2**20
@@ -274,7 +318,7 @@ def main_cuda(args) -> None:
         )
         cells = {}
         for variant in CUDA_VARIANTS:
-            if variant.endswith("2of32") and max(TWO_OF_32) >= args.heads:
+            if "2of32" in variant and max(TWO_OF_32) >= args.heads:
                 continue
             cells[variant] = measure_cuda(variant, step, args.repeats)
             line = {"n": n, "variant": variant, "passages": n_passages, **cells[variant]}
