@@ -201,13 +201,9 @@ TWO_OF_32 = (1, 22)  # two KV groups of 8
 
 
 def spliced_by_heads(q, k, v, mask, scaling, heads, attend):
-    """``kernel.by_heads`` another way, timed as ``flex_2of32_spliced`` (H200, 2 of 32 heads fused:
-    the flex path held 1.27x SDPA's memory and was slower than the bias path at 4096): plain SDPA
-    on every head, GQA left to its kernel, then the fused heads' outputs put in their places.
-    ``by_heads`` copies the other heads' queries and expands K and V to one head per query head
-    for them (30 of 32), and concatenates and reorders the outputs; this computes SDPA on the
-    fused heads too (2 of 32: ~6% more SDPA work) and drops it, which gives them a gradient of 0
-    through SDPA. The same values and gradients (tests/benchmarks/test_relevance_fusion.py)."""
+    """``kernel.by_heads`` without copying the plain heads (docs/kernels.md): SDPA on every head,
+    GQA in its kernel, then the fused heads' outputs put in their places (their SDPA output is
+    dropped, and so gets a gradient of 0). Same values and gradients as ``by_heads``."""
     import torch
 
     from zoomattn.attention.math import sdpa

@@ -3,10 +3,10 @@
 Snakemake 9 limits job starts to ``--max-jobs-per-timespan`` (default 100 per second). While the
 limit is set, every pass of its scheduling loop arms a timer that wakes the loop again one timespan
 later, and each wake-up is another pass that arms another timer (snakemake/snakemake#3804). So
-every job that finishes starts one more chain of wake-ups that lasts the rest of the run: after
-the smoke grid's 215 jobs the loop ran about 70 times a second, 12,077 passes in all, each one
-re-reading every ready job's input sizes, and on a 2-core machine it took CPU from the jobs. On a
-cluster the submitting process does the same for the whole grid's hours.
+every job that finishes starts one more chain of wake-ups that lasts the rest of the run: over
+the smoke grid's 215 jobs the loop ran 12,077 times (70 a second on average, more as jobs
+finished), each pass re-reading every ready job's input sizes, and on a 2-core machine it took
+CPU from the jobs. On a cluster the submitting process does the same for the whole grid's hours.
 
 Without the limit the loop wakes when a job finishes, as in Snakemake 7. A limit the user chose
 (any value but the default) is kept, cost and all.

@@ -148,8 +148,8 @@ def test_invalid_config_stops_before_any_job_naming_the_key(workdir, tmp_path):
 
 
 def test_the_run_drops_snakemakes_default_job_rate_limit(workdir):
-    """zoomattn/rate_limit.py: without it the scheduling loop wakes ~70 times a second by the
-    end of the smoke grid."""
+    """zoomattn/rate_limit.py: without it the scheduling loop ran 12,077 times over the smoke
+    grid's 215 jobs."""
     stderr = (workdir.parent / "snakemake.stderr").read_text()
     assert "zoomattn: Snakemake's default job rate limit (100/1s) dropped" in stderr
 
