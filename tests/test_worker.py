@@ -9,12 +9,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from inspect import getsource
 from pathlib import Path
 
 import pytest
 
+from tests.polling import wait_until
 from zoomattn import stages, worker
 from zoomattn.config import ROOT
 from zoomattn.stages import STAGES
@@ -46,7 +46,7 @@ def server(tmp_path):
                 [sys.executable, "-c", code], env=env, stdout=log, stderr=subprocess.STDOUT
             )
         procs.append(proc)
-        started = _wait_for(lambda: os.path.exists(path) or proc.poll() is not None, timeout)
+        started = wait_until(lambda: os.path.exists(path) or proc.poll() is not None, timeout)
         assert started, "worker did not start"
         return path, proc
 
@@ -69,15 +69,6 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-def _wait_for(predicate, seconds: float = 10.0) -> bool:
-    end = time.time() + seconds
-    while time.time() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _echo_job(path: str, tmp_path: Path, code: str = CLIENT) -> str:
@@ -104,21 +95,21 @@ def _sleeping_job(server, tmp_path) -> tuple[subprocess.Popen, int]:
     path, _ = server("tests.worker_entry:sleep")
     pid_file = tmp_path / "pid"
     job = client(path, str(pid_file))
-    assert _wait_for(pid_file.exists)
+    assert wait_until(pid_file.exists, 10)
     return job, int(pid_file.read_text())
 
 
 def test_killing_the_client_kills_its_job(server, tmp_path):
     job, child = _sleeping_job(server, tmp_path)
     job.kill()  # SIGKILL: the client cannot forward it
-    assert _wait_for(lambda: not _alive(child)), "the job outlived its killed client"
+    assert wait_until(lambda: not _alive(child), 10), "the job outlived its killed client"
 
 
 def test_sigterm_to_the_client_stops_its_job_and_fails_the_client(server, tmp_path):
     job, child = _sleeping_job(server, tmp_path)
     job.send_signal(signal.SIGTERM)
     assert job.wait(timeout=10) != 0
-    assert _wait_for(lambda: not _alive(child))
+    assert wait_until(lambda: not _alive(child), 10)
 
 
 def test_without_a_server_a_job_runs_in_its_own_process(monkeypatch, tmp_path):
@@ -227,7 +218,7 @@ def _serve_elsewhere(path: Path, log: Path, *extra: str) -> subprocess.Popen:
         proc = subprocess.Popen(
             [sys.executable, "-c", code, *extra], env=env, stdout=out, stderr=subprocess.STDOUT
         )
-    assert _wait_for(lambda: path.exists() or proc.poll() is not None), "server did not start"
+    assert wait_until(lambda: path.exists() or proc.poll() is not None, 10), "server did not start"
     return proc
 
 

@@ -12,10 +12,10 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from tests.polling import wait_until
 from zoomattn import worker
 from zoomattn.config import ROOT
 
@@ -64,12 +64,10 @@ def warm_worker(workdir: Path) -> Iterator[Callable[[], None]]:
     socket_path = os.environ[worker.ENV_WORKER]
 
     def wait_until_ready() -> None:
-        deadline = time.monotonic() + 120
-        while not os.path.exists(socket_path):
-            if server.poll() is not None or time.monotonic() > deadline:
-                log = (workdir / "worker.log").read_text()
-                raise AssertionError(f"the worker did not become ready:\n{log}")
-            time.sleep(0.2)
+        wait_until(lambda: os.path.exists(socket_path) or server.poll() is not None, 120, 0.2)
+        if not os.path.exists(socket_path):
+            log = (workdir / "worker.log").read_text()
+            raise AssertionError(f"the worker did not become ready:\n{log}")
 
     try:
         yield wait_until_ready

@@ -14,9 +14,10 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.polling import wait_until
 
 PARTITION = "debug"
 CONF = Path("/etc/slurm/slurm.conf")
@@ -140,9 +141,5 @@ def one_node_cluster(workdir: Path) -> Iterator[dict]:
 
 
 def _wait(ok, seconds: float, message: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if ok():
-            return
-        time.sleep(1)
-    raise RuntimeError(message)
+    if not wait_until(ok, seconds, interval=1):
+        raise RuntimeError(message)
