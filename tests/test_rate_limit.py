@@ -5,7 +5,7 @@ from types import SimpleNamespace
 from snakemake.scheduling.job_scheduler import JobRateLimiter
 from snakemake.settings.types import MaxJobsPerTimespan
 
-from zoomattn.rate_limit import drop_default_rate_limit
+from zoomattn.rate_limit import DROPPED, drop_default_rate_limit
 
 
 def _scheduler(limit: str | None) -> SimpleNamespace:
@@ -15,7 +15,7 @@ def _scheduler(limit: str | None) -> SimpleNamespace:
 
 def test_snakemakes_default_limit_is_dropped():
     scheduler = _scheduler("100/1s")
-    assert "dropped" in drop_default_rate_limit(scheduler)
+    assert drop_default_rate_limit(scheduler) == DROPPED
     assert scheduler.job_rate_limiter is None
 
 

@@ -15,6 +15,7 @@ Without the limit the loop wakes when a job finishes, as in Snakemake 7. A limit
 from __future__ import annotations
 
 DEFAULT = (100, 1)  # Snakemake's --max-jobs-per-timespan default: 100 jobs per 1 s
+DROPPED = "Snakemake's default job rate limit (100/1s) dropped: its timers multiply (#3804)"
 
 
 def drop_default_rate_limit(scheduler) -> str:
@@ -29,4 +30,4 @@ def drop_default_rate_limit(scheduler) -> str:
             "its timers wake the scheduler more often with each finished job)"
         )
     scheduler.job_rate_limiter = None
-    return "Snakemake's default job rate limit (100/1s) dropped: its timers multiply (#3804)"
+    return DROPPED

@@ -24,6 +24,7 @@ import yaml
 
 from tests.workflow.scratch import SMOKE, copy_workflow, mlflow_runs, snakemake, warm_worker
 from tests.workflow.slurm_cluster import PARTITION, one_node_cluster
+from zoomattn.rate_limit import DROPPED
 
 pytestmark = [
     pytest.mark.slow,
@@ -94,7 +95,7 @@ def _scontrol(job_id: str, env: dict) -> dict:
 
 def test_every_job_ran_as_a_slurm_job_and_finished_in_mlflow(slurm_run):
     wd, _, done = slurm_run
-    assert "zoomattn: Snakemake's default job rate limit (100/1s) dropped" in done.stderr
+    assert f"zoomattn: {DROPPED}" in done.stderr
     runs, default = mlflow_runs(wd)
     parents = [r for r in runs if r.data.tags.get("zoomattn.kind") == "invocation"]
     jobs = [r for r in runs if r.data.tags.get("zoomattn.kind") == "job"]
