@@ -163,21 +163,27 @@ def test_the_warm_worker_ran_jobs_and_stopped_with_the_run(workdir):
     assert subprocess.run(["pgrep", "-f", socket_path], capture_output=True).returncode == 1
 
 
+READER_ANALYSES = ("retrieval_heads", "head_patterns", "head_masking")  # of one model each
+
+
 def test_rerunning_a_job_in_fresh_processes_gives_the_worker_made_files_byte_for_byte(
     workdir, rebuilt_after_interruption
 ):
     """The torn model's fine-tune and its readers, rerun without the warm worker in a copy of
     the smoke run, write the bytes the worker wrote for them."""
     rebuilt, _ = rebuilt_after_interruption
-    paths = [
-        f"models/{TORN_MODEL}/metrics.json",
-        f"models/{TORN_MODEL}/adapter_model.safetensors",
-        *sorted(
-            str(p.relative_to(workdir / "results/smoke"))
-            for p in (workdir / f"results/smoke/eval/{TORN_MODEL}").rglob("*.json*")
-        ),
-        f"attention/{TORN_MODEL}.json",
+    smoke = workdir / "results/smoke"
+    made = [
+        *(smoke / "models" / TORN_MODEL).rglob("*"),
+        *(smoke / "eval" / TORN_MODEL).rglob("*"),
+        *(smoke / f"analysis/{kind}/{TORN_MODEL}.json" for kind in READER_ANALYSES),
+        smoke / f"attention/{TORN_MODEL}.json",
     ]
+    paths = sorted(str(p.relative_to(smoke)) for p in made if not p.is_dir())
+    assert sum(p.startswith("models/") for p in paths) >= 4  # weights, config, method, metrics
+    assert sorted(
+        p.name for p in (rebuilt / "results/smoke/models" / TORN_MODEL).iterdir()
+    ) == sorted(p.name for p in (smoke / "models" / TORN_MODEL).iterdir())
     worker_made = {p: workdir / "results/smoke" / p for p in paths}
     fresh = {p: rebuilt / "results/smoke" / p for p in paths}
     # rerun indeed: the copy kept the worker-made files' times, and the rerun wrote them anew
