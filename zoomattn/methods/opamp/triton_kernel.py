@@ -97,7 +97,7 @@ def _forward(
         k_cols, cols_ok = tile(b, h // group, offs_n, offs_d, sk_b, sk_h, sk_l, sk_d, n_k, head_dim)
         k0 = tl.load(K + k_cols, mask=cols_ok, other=0.0)
         k1 = tl.load(K + k_cols + n_kv * sk_h, mask=cols_ok, other=0.0)
-        v_cols, _ = tile(b, h // group, offs_n, offs_d, sv_b, sv_h, sv_l, sv_d, n_k, head_dim)
+        v_cols, _v_ok = tile(b, h // group, offs_n, offs_d, sv_b, sv_h, sv_l, sv_d, n_k, head_dim)
         v = tl.load(V + v_cols, mask=cols_ok, other=0.0)
         allowed = allowed_keys(offs_m, offs_n, mask_rows, n_q, n_k, offset, CAUSAL, HAS_MASK)
         z0 = scores(q0, k0, allowed, scale, PRECISION, UPCAST)
@@ -107,7 +107,7 @@ def _forward(
     o0, lse0 = finish(m0, l0, acc0)
     o1, lse1 = finish(m1, l1, acc1)
     out = (o0 + o1) * common + (o0 - o1) * differential  # combine_modes, in fp32, rounded once
-    out_rows, _ = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
+    out_rows, _out_ok = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
     tl.store(OUT + out_rows, cast(out, OUT.dtype.element_ty, UPCAST), mask=rows_ok)
     tl.store(O_BRANCH + rows0, cast(o0, O_BRANCH.dtype.element_ty, UPCAST), mask=rows_ok)
     tl.store(O_BRANCH + rows1, cast(o1, O_BRANCH.dtype.element_ty, UPCAST), mask=rows_ok)
@@ -132,7 +132,9 @@ def _backward_kv(
     offs_d = tl.arange(0, BLOCK_D)
     k_cols0, cols_ok = tile(b, hk, offs_n, offs_d, sk_b, sk_h, sk_l, sk_d, n_k, head_dim)
     k_cols1 = k_cols0 + n_kv * sk_h
-    v_cols, _ = tile(b, hk, offs_n, offs_d, sv_b, sv_h, sv_l, sv_d, n_k, head_dim)
+    # each tile's unused validity has a name of its own: Triton types a name that a loop reassigns
+    # once, so one `_` for a key tile and a query tile failed to compile unless BLOCK_M = BLOCK_N
+    v_cols, _v_ok = tile(b, hk, offs_n, offs_d, sv_b, sv_h, sv_l, sv_d, n_k, head_dim)
     k0 = tl.load(K + k_cols0, mask=cols_ok, other=0.0)
     k1 = tl.load(K + k_cols1, mask=cols_ok, other=0.0)
     v = tl.load(V + v_cols, mask=cols_ok, other=0.0)
@@ -147,7 +149,7 @@ def _backward_kv(
             rows0, rows_ok = tile(b, h, offs_m, offs_d, sq_b, sq_h, sq_l, sq_d, n_q, head_dim)
             q0 = tl.load(Q + rows0, mask=rows_ok, other=0.0)
             q1 = tl.load(Q + rows0 + n_heads * sq_h, mask=rows_ok, other=0.0)
-            do_rows, _ = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
+            do_rows, _do_ok = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
             do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
             stats0 = (b * 2 * n_heads + h) * n_q + offs_m
             ok = offs_m < n_q
@@ -188,7 +190,7 @@ def _backward_q(
     rows1 = rows0 + n_heads * sq_h
     q0 = tl.load(Q + rows0, mask=rows_ok, other=0.0)
     q1 = tl.load(Q + rows1, mask=rows_ok, other=0.0)
-    do_rows, _ = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
+    do_rows, _do_ok = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
     do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
     stats0 = (b * 2 * n_heads + h) * n_q + offs_m
     ok = offs_m < n_q
@@ -205,7 +207,7 @@ def _backward_q(
         k_cols, cols_ok = tile(b, h // group, offs_n, offs_d, sk_b, sk_h, sk_l, sk_d, n_k, head_dim)
         k0 = tl.load(K + k_cols, mask=cols_ok, other=0.0)
         k1 = tl.load(K + k_cols + n_kv * sk_h, mask=cols_ok, other=0.0)
-        v_cols, _ = tile(b, h // group, offs_n, offs_d, sv_b, sv_h, sv_l, sv_d, n_k, head_dim)
+        v_cols, _v_ok = tile(b, h // group, offs_n, offs_d, sv_b, sv_h, sv_l, sv_d, n_k, head_dim)
         v = tl.load(V + v_cols, mask=cols_ok, other=0.0)
         allowed = allowed_keys(offs_m, offs_n, mask_rows, n_q, n_k, offset, CAUSAL, HAS_MASK)
         p0 = tl.exp(scores(q0, k0, allowed, scale, PRECISION, UPCAST) - lse0[:, None])

@@ -130,7 +130,7 @@ def _backward_kv(
             rows, rows_ok = tile(b, h, offs_m, offs_d, sq_b, sq_h, sq_l, sq_d, n_q, head_dim)
             q = tl.load(Q + rows, mask=rows_ok, other=0.0)
             u = tl.load(U + rows, mask=rows_ok, other=0.0)
-            do_rows, _ = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
+            do_rows, _do_ok = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
             do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
             stats = (b * n_kv * group + h) * n_q + offs_m
             m = tl.load(M + stats, mask=offs_m < n_q, other=0.0)
@@ -167,7 +167,7 @@ def _backward_q(
     rows, rows_ok = tile(b, h, offs_m, offs_d, sq_b, sq_h, sq_l, sq_d, n_q, head_dim)
     q = tl.load(Q + rows, mask=rows_ok, other=0.0)
     u = tl.load(U + rows, mask=rows_ok, other=0.0)
-    do_rows, _ = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
+    do_rows, _do_ok = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
     do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
     stats = bh * n_q + offs_m
     m = tl.load(M + stats, mask=offs_m < n_q, other=0.0)
@@ -199,11 +199,13 @@ def _backward_q(
 
 
 def _tiles(head_dim: int, device: torch.device) -> dict[str, tuple[int, int, int, int]]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel. On CUDA a fixed table, chosen
-    (without a GPU) as the largest tiles for which ptxas, compiling for sm_90 at head dim 128 in
-    bf16, reported no register spills (or under 100 bytes with a padding mask): g's temporaries
-    and the two query tiles (q, u) fill the registers. Speed unmeasured. Elsewhere (Triton's
-    interpreter) 16×16, so short test sequences span several tiles."""
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel. On CUDA a fixed table, the one
+    an H200 measured (docs/kernels.md). It was chosen without a GPU from sm_90 compiles that
+    lacked the JIT's specialisation of unit strides and 16-divisible sizes, and so spilled where
+    the JIT's kernels do not: as the JIT compiles them (``benchmarks/triton_static.py``) these
+    tiles take 128–254 registers and spill at most 8 bytes, and larger ones compile without
+    spills. The GPU sweep (``benchmarks/rectified_triton.py --sweep``) is what retunes it.
+    Elsewhere (Triton's interpreter) 16×16, so short test sequences span several tiles."""
     if device.type != "cuda":
         return {"forward": (16, 16, 1, 1), "kv": (16, 16, 1, 1), "q": (16, 16, 1, 1)}
     return {"forward": (64, 32, 8, 2), "kv": (32, 32, 8, 2), "q": (32, 32, 8, 2)}

@@ -1,0 +1,265 @@
+"""What ptxas makes of the fused attention kernels for an H100/H200 (sm_90), without a GPU.
+
+Each kernel is compiled from the launches our host code makes. The method's fused function runs
+forward and backward on CPU tensors of the benchmark's shape (post-RoPE q laid out as the
+projections leave it, bf16, 32 query heads over 8 KV heads, head dim 128) with its Triton kernels
+swapped for recorders and its CUDA-only input check off. Each recorded launch then goes through
+Triton's own binder (``JITFunction._pack_args``: an integer 1 becomes a constant, multiples of 16
+and 16-byte-aligned pointers are marked divisible) and is compiled for sm_90, as the JIT would
+compile it on the card. Compiling without those marks (as the tile tables of 2026-11-26 were
+chosen) gives another kernel: no vectorised loads, hence no pipelining, and ~100 more registers.
+
+Per kernel and tile: registers per thread, spilled bytes (stack; local stores and loads), shared
+memory and whether it fits the card (227 KiB per block), the tensor-core instructions (wgmma:
+Hopper's warpgroup MMA; mma.sync: Ampere's), special-function instructions (MUFU: exp, log,
+reciprocal) and whether the key and value loads are pipelined (async copies). Speed stays a GPU
+measurement: this finds the tiles that cannot launch, spill, or are not pipelined.
+
+    PYTHONPATH=$PWD python benchmarks/triton_static.py                 # each method's tile table
+    PYTHONPATH=$PWD python benchmarks/triton_static.py --sweep         # + rectification's sweep
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, make_backend
+from triton.runtime.jit import JITFunction, create_function_from_signature
+
+SM90 = GPUTarget("cuda", 90, 32)
+SHARED_LIMIT = 232448  # bytes of shared memory one block may use on sm_90 (227 KiB)
+CUDA = torch.device("cuda")  # only to pick the methods' CUDA tile tables: no CUDA call is made
+KERNELS = ("_forward", "_backward_kv", "_backward_q")
+
+
+@dataclass
+class Launch:
+    kernel: object  # the JITFunction
+    args: tuple
+    kwargs: dict
+
+
+class _Recorder:
+    def __init__(self, kernel, launches: list):
+        self.kernel, self.launches = kernel, launches
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append(Launch(self.kernel, args, kwargs))
+
+
+@contextlib.contextmanager
+def recorded(module):
+    """The launches of ``module``'s three kernels while the block runs, none of them run; its
+    input check (which wants CUDA tensors) off."""
+    launches: list[Launch] = []
+    saved = {name: getattr(module, name) for name in (*KERNELS, "_check_inputs")}
+    try:
+        for name in KERNELS:
+            setattr(module, name, _Recorder(saved[name], launches))
+        module._check_inputs = lambda *tensors: None
+        yield launches
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)
+
+
+def _projected(n: int, heads: int, head_dim: int) -> torch.Tensor:
+    """[1, heads, n, head_dim] bf16 viewed from the projections' [1, n, heads, head_dim]."""
+    x = torch.zeros(1, n, heads, head_dim, dtype=torch.bfloat16)
+    return x.transpose(1, 2).requires_grad_(True)
+
+
+def _mask(n: int, masked: bool) -> torch.Tensor | None:
+    """None (causal prefill), or a causal mask whose first quarter of positions is padding."""
+    if not masked:
+        return None
+    allowed = torch.ones(n, n, dtype=torch.bool).tril() & (torch.arange(n) >= n // 4)[None, :]
+    return allowed[None, None]
+
+
+def rectify_table() -> dict:
+    from zoomattn.methods.rectify import triton_kernel
+
+    return triton_kernel._tiles(128, CUDA)
+
+
+def opamp_table() -> dict:
+    from zoomattn.methods.opamp import triton_kernel
+
+    return triton_kernel._tiles(CUDA)
+
+
+def rectify_launches(n: int, masked: bool, tiles: dict | None = None) -> list[Launch]:
+    from zoomattn.methods.rectify import triton_kernel
+    from zoomattn.methods.rectify.kernel import Rectifier
+
+    q, u, k, v = (_projected(n, h, 128) for h in (32, 32, 8, 8))
+    tiles = tiles or rectify_table()
+    with recorded(triton_kernel) as launches:
+        out = triton_kernel.fused_rectified_attention(
+            q, u, k, v, Rectifier("max", 3.0), _mask(n, masked), tiles=tiles
+        )
+        out.backward(torch.zeros_like(out))
+    return launches
+
+
+def opamp_launches(n: int, masked: bool, tiles: dict | None = None) -> list[Launch]:
+    from zoomattn.methods.opamp import triton_kernel
+
+    q_stack = torch.zeros(1, 64, n, 128, dtype=torch.bfloat16, requires_grad=True)
+    k_stack = torch.zeros(1, 16, n, 128, dtype=torch.bfloat16, requires_grad=True)
+    v = _projected(n, 8, 128)
+    tiles = tiles or opamp_table()
+    with recorded(triton_kernel) as launches:
+        out = triton_kernel.two_branch_flash(
+            q_stack, k_stack, v, (0.5, 5.0), _mask(n, masked), tiles=tiles
+        )
+        out.backward(torch.zeros_like(out))
+    return launches
+
+
+METHODS = {"rectify": rectify_launches, "opamp": opamp_launches}
+TABLES = {"rectify": rectify_table, "opamp": opamp_table}  # each method's CUDA tile table
+
+
+def compile_for_sm90(launch: Launch):
+    """The launch compiled as Triton's JIT compiles it on an sm_90 card."""
+    kernel = launch.kernel
+    if not isinstance(kernel, JITFunction):  # TRITON_INTERPRET=1 made it an InterpretedFunction
+        raise RuntimeError("triton_static compiles JIT kernels: run it without TRITON_INTERPRET")
+    backend = make_backend(SM90)
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound, specialization, options = binder(*launch.args, **launch.kwargs)
+    options, signature, constexprs, attrs = kernel._pack_args(
+        backend, launch.kwargs, bound, specialization, options
+    )
+    source = ASTSource(kernel, signature, constexprs, attrs)
+    return triton.compile(source, target=SM90, options=options.__dict__)
+
+
+def _cuobjdump(cubin: bytes, flag: str) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        command = [triton.knobs.nvidia.cuobjdump.path, flag, f.name]
+        return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+
+
+def describe(compiled) -> dict:
+    """What ptxas made of one compiled kernel (fields as the module docstring)."""
+    usage = _cuobjdump(compiled.asm["cubin"], "--dump-resource-usage")
+    sass = _cuobjdump(compiled.asm["cubin"], "--dump-sass")
+    instruction = r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)"  # after a guard
+    opcodes = Counter(op.split(".")[0] for op in re.findall(instruction, sass, re.M))
+    shared = compiled.metadata.shared
+    return {
+        "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
+        "spill_stack_bytes": int(re.search(r"STACK:(\d+)", usage).group(1)),
+        "local_stores": opcodes["STL"],
+        "local_loads": opcodes["LDL"],
+        "shared_bytes": shared,
+        "fits": shared <= SHARED_LIMIT,
+        "wgmma": opcodes["HGMMA"],
+        "mma_sync": opcodes["HMMA"],
+        "mufu": opcodes["MUFU"],
+        "pipelined": "async_copy_global_to_local" in compiled.asm["ttgir"],
+    }
+
+
+def static_rows(
+    method: str, n: int, masked: bool, tiles: dict | None = None, kernels=KERNELS
+) -> list[dict]:
+    """One row per kernel (of ``kernels``) of ``method``'s fused forward + backward at ``tiles``
+    (default: its table)."""
+    rows = []
+    for launch in METHODS[method](n, masked, tiles):
+        if launch.kernel.fn.__name__ not in kernels:
+            continue
+        kw = launch.kwargs
+        row = {"method": method, "kernel": launch.kernel.fn.__name__, "tokens": n,
+               "tile": [kw["BLOCK_M"], kw["BLOCK_N"], kw["num_warps"], kw["num_stages"]],
+               "mask": "left padding" if masked else "causal"}  # fmt: skip
+        t0 = time.perf_counter()
+        try:
+            row.update(describe(compile_for_sm90(launch)))
+        except triton.CompilationError as error:  # recorded, as the GPU sweep records it
+            row["error"] = str(error).strip().splitlines()[-1][:300]
+        rows.append({**row, "compile_s": round(time.perf_counter() - t0, 2)})
+    return rows
+
+
+KERNEL_OF_TILE = {"forward": "_forward", "kv": "_backward_kv", "q": "_backward_q"}
+
+
+def sweep_rows(method: str, n: int, masked: bool) -> list[dict]:
+    """The candidates of rectification's GPU sweep (``rectified_triton.SWEEP``), each kernel's
+    own tile varied with the others at ``method``'s table: the row of the kernel whose tile
+    varies."""
+    from rectified_triton import SWEEP
+
+    table, rows = TABLES[method](), []
+    for name, candidates in SWEEP.items():
+        for tile in candidates:
+            tiles = {**table, name: tile}
+            rows += static_rows(method, n, masked, tiles, [KERNEL_OF_TILE[name]])
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+COLUMNS = ("method", "kernel", "tile", "mask", "registers", "spill_stack_bytes", "local_stores",
+           "shared_bytes", "fits", "wgmma", "mma_sync", "mufu", "pipelined")  # fmt: skip
+
+
+def markdown(rows: list[dict], header: str) -> str:
+    lines = [header, "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in rows:
+        cells = [str(r[c]) for c in COLUMNS[:4]]
+        cells += [str(r[c]) for c in COLUMNS[4:]] if "error" not in r else [f"**{r['error']}**"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tokens", type=int, default=4096)
+    p.add_argument("--methods", nargs="+", default=sorted(METHODS), choices=sorted(METHODS))
+    p.add_argument("--sweep", action="store_true", help="also the sweep's candidate tiles")
+    p.add_argument("--out", type=Path, default=Path("benchmarks/results/triton_static"))
+    args = p.parse_args()
+    rows = []
+    for masked in (False, True):
+        for method in args.methods:
+            rows += static_rows(method, args.tokens, masked)
+    swept = []
+    for masked in (False, True) if args.sweep else ():
+        for method in args.methods:
+            swept += sweep_rows(method, args.tokens, masked)
+    about = (
+        f"Triton {triton.__version__}, ptxas for sm_90 (H100/H200), {args.tokens} tokens, bf16, "
+        "32 query heads over 8 KV heads, head dim 128; compiled on a CPU, no GPU"
+    )
+    result = {"about": about, "tables": rows, "sweep": swept}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    text = markdown(rows, f"# The fused kernels' tile tables for sm_90\n\n{about}.")
+    if args.sweep:
+        title = "## The GPU sweep's candidate tiles (benchmarks/rectified_triton.py)"
+        text += "\n" + markdown(swept, title)
+    args.out.with_suffix(".md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""benchmarks/triton_static.py compiles the launches our host code makes, as the JIT would on an
+sm_90 card: the recorder sees every kernel and leaves the module as it was, and a launch's unit
+strides and aligned sizes reach the compiler (without them the loads are not pipelined)."""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from zoomattn.config import ROOT
+from zoomattn.methods.rectify import triton_kernel
+
+
+@pytest.fixture
+def triton_static(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    return importlib.import_module("triton_static")
+
+
+@pytest.mark.parametrize("method", ["rectify", "opamp"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_recorder_sees_the_three_launches_of_a_forward_and_backward(
+    triton_static, method, masked
+):
+    launches = triton_static.METHODS[method](64, masked)
+    assert [launch.kernel.fn.__name__ for launch in launches] == list(triton_static.KERNELS)
+    assert all(launch.kwargs["HAS_MASK"] is masked for launch in launches)
+    tiles = triton_static.TABLES[method]()
+    assert [launch.kwargs["BLOCK_M"] for launch in launches] == [t[0] for t in tiles.values()]
+
+
+def test_the_recorder_puts_the_kernels_and_the_input_check_back_even_after_an_error(
+    triton_static,
+):
+    before = {n: getattr(triton_kernel, n) for n in (*triton_static.KERNELS, "_check_inputs")}
+    with pytest.raises(RuntimeError), triton_static.recorded(triton_kernel):
+        raise RuntimeError
+    assert {n: getattr(triton_kernel, n) for n in before} == before
+
+
+COMPILE = """
+import json, triton_static
+tiles = {"forward": (64, 32, 4, 2), "kv": (16, 32, 4, 2), "q": (32, 16, 4, 2)}
+rows = [r for m in ("rectify", "opamp") for r in triton_static.static_rows(m, 256, True, tiles)]
+forward = triton_static.rectify_launches(256, False, tiles)[0]
+compiled = triton_static.compile_for_sm90(forward)
+print(json.dumps({"rows": rows, "arch": compiled.metadata.target.arch,
+                  "upcast": forward.kwargs["UPCAST"], "signature": compiled.src.signature}))
+"""
+
+
+def test_every_kernel_compiles_for_sm90_at_unequal_tiles_as_the_jit_specialises_it(tmp_path):
+    """In a process of its own: the suite runs Triton's interpreter, whose kernels do not
+    compile, and which ran OpAmp's backward kernels that failed to compile for any GPU unless
+    BLOCK_M = BLOCK_N."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = f"{ROOT / 'benchmarks'}{os.pathsep}{ROOT}"
+    env["TRITON_CACHE_DIR"] = str(tmp_path)  # compiled here, not loaded from an earlier run
+    done = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = result["rows"]
+    assert [(r["method"], r["kernel"]) for r in rows] == [
+        (m, k) for m in ("rectify", "opamp") for k in ("_forward", "_backward_kv", "_backward_q")
+    ]
+    assert [r.get("error") for r in rows] == [None] * 6
+    for row in rows:
+        assert 0 < row["registers"] <= 255 and row["fits"] and row["pipelined"], row
+        assert row["wgmma"] + row["mma_sync"] > 0 and row["mufu"] > 0, row
+    assert result["arch"] == 90 and result["upcast"] is False  # no interpreter rounding on a card
+    signature = result["signature"]
+    assert signature["sq_d"] == signature["sk_d"] == "constexpr"  # the unit stride, as the JIT
+    assert signature["sq_l"] == "i32"
