@@ -246,9 +246,12 @@ def main() -> None:
     for masked in (False, True) if args.sweep else ():
         for method in args.methods:
             swept += sweep_rows(method, args.tokens, masked)
+    from gpu_paper import git_commit
+
     about = (
-        f"Triton {triton.__version__}, ptxas for sm_90 (H100/H200), {args.tokens} tokens, bf16, "
-        "32 query heads over 8 KV heads, head dim 128; compiled on a CPU, no GPU"
+        f"commit {git_commit()}, Triton {triton.__version__}, ptxas for sm_90 (H100/H200), "
+        f"{args.tokens} tokens, bf16, 32 query heads over 8 KV heads, head dim 128; compiled on "
+        "a CPU, no GPU"
     )
     result = {"about": about, "tables": rows, "sweep": swept}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -224,10 +224,10 @@ def _backward_q(
 
 def _tiles(device: torch.device) -> dict[str, tuple[int, int, int, int]]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel. On CUDA a fixed table, chosen
-    without a GPU as the largest tiles for which ptxas, compiling for sm_90 at head dim 128 in
-    bf16, reported no register spills (92 bytes in the key-tile kernel with a padding mask):
-    each kernel holds two query and two key tiles, so 32×32 with 8 warps (64-row tiles spill
-    200–3500 bytes). Speed unmeasured. Elsewhere (Triton's interpreter) 16×16, so short test
+    without a GPU: each kernel holds two query and two key tiles, and as Triton's JIT compiles
+    them for sm_90 at head dim 128 in bf16 (``benchmarks/triton_static.py``) 32×32 with 8 warps
+    takes 128–231 registers and spills nothing, where 64-row forward tiles spill (the query
+    kernel's do not). Speed unmeasured. Elsewhere (Triton's interpreter) 16×16, so short test
     sequences span several tiles."""
     if device.type != "cuda":
         return {"forward": (16, 16, 1, 1), "kv": (16, 16, 1, 1), "q": (16, 16, 1, 1)}
