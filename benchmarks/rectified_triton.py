@@ -54,12 +54,14 @@ def _inputs(n: int, heads: int, kv_heads: int, head_dim: int):
     return projected(heads), projected(heads, 0.3), projected(kv_heads), projected(kv_heads)
 
 
-def _left_padding_mask(n: int, padded: float) -> torch.Tensor | None:
-    """[1, 1, n, n] causal mask whose first ``padded`` fraction of positions is padding."""
+def left_padding_mask(n: int, padded: float, device: str | None = None) -> torch.Tensor | None:
+    """[1, 1, n, n] causal mask whose first ``padded`` fraction of positions is padding (None for
+    none), on ``device`` (default: the benchmark's)."""
     if not padded:
         return None
-    causal = torch.ones(n, n, dtype=torch.bool, device=DEVICE).tril()
-    return (causal & (torch.arange(n, device=DEVICE) >= int(padded * n))[None, :])[None, None]
+    device = device or DEVICE
+    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    return (causal & (torch.arange(n, device=device) >= int(padded * n))[None, :])[None, None]
 
 
 def _steps(q, u, k, v, tiles, mask=None):
@@ -102,7 +104,7 @@ def _peak_mib(step, variant) -> float:
 
 def measure(n: int, args) -> dict:
     q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
-    step, forward = _steps(q, u, k, v, args.tiles, _left_padding_mask(n, args.padded))
+    step, forward = _steps(q, u, k, v, args.tiles, left_padding_mask(n, args.padded))
     with torch.no_grad():
         fused, blockwise = forward["fused"]().float(), forward["blockwise"]().float()
     error = ((fused - blockwise).norm() / blockwise.norm()).item()
@@ -160,7 +162,7 @@ def sweep(args) -> dict:
 
     n = args.lengths[0]
     q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
-    mask, g = _left_padding_mask(n, args.padded), Rectifier("max", 3.0)
+    mask, g = left_padding_mask(n, args.padded), Rectifier("max", 3.0)
     table = _tiles(args.head_dim, torch.device(DEVICE))
 
     def run(tiles, backward: bool):

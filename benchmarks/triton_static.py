@@ -82,11 +82,11 @@ def _projected(n: int, heads: int, head_dim: int) -> torch.Tensor:
 
 
 def _mask(n: int, masked: bool) -> torch.Tensor | None:
-    """None (causal prefill), or a causal mask whose first quarter of positions is padding."""
-    if not masked:
-        return None
-    allowed = torch.ones(n, n, dtype=torch.bool).tril() & (torch.arange(n) >= n // 4)[None, :]
-    return allowed[None, None]
+    """None (causal prefill), or a causal mask whose first quarter of positions is padding, on
+    the CPU (the GPU sweep's ``--padded 0.25``)."""
+    from rectified_triton import left_padding_mask
+
+    return left_padding_mask(n, 0.25 if masked else 0.0, "cpu")
 
 
 def rectify_table() -> dict:

@@ -181,11 +181,12 @@ def test_rerunning_a_job_in_fresh_processes_gives_the_worker_made_files_byte_for
     ]
     paths = sorted(str(p.relative_to(smoke)) for p in made if not p.is_dir())
     assert sum(p.startswith("models/") for p in paths) >= 4  # weights, config, method, metrics
-    assert sorted(
-        p.name for p in (rebuilt / "results/smoke/models" / TORN_MODEL).iterdir()
-    ) == sorted(p.name for p in (smoke / "models" / TORN_MODEL).iterdir())
-    worker_made = {p: workdir / "results/smoke" / p for p in paths}
-    fresh = {p: rebuilt / "results/smoke" / p for p in paths}
+    rerun = rebuilt / "results/smoke"
+    assert sorted(p.name for p in (rerun / "models" / TORN_MODEL).iterdir()) == sorted(
+        p.name for p in (smoke / "models" / TORN_MODEL).iterdir()
+    )
+    worker_made = {p: smoke / p for p in paths}
+    fresh = {p: rerun / p for p in paths}
     # rerun indeed: the copy kept the worker-made files' times, and the rerun wrote them anew
     assert all(fresh[p].stat().st_mtime_ns > worker_made[p].stat().st_mtime_ns for p in paths)
     assert {p: fresh[p].read_bytes() for p in paths} == {
