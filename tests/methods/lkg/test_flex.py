@@ -256,3 +256,32 @@ def test_a_model_on_the_fused_path_trains_as_on_the_reference(monkeypatch, base_
     assert fused_grads.keys() == grads.keys() and any("estimator" in n for n in grads)
     for name, grad in grads.items():
         torch.testing.assert_close(fused_grads[name], grad, atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_a_model_on_the_fused_path_generates_as_on_the_reference(
+    monkeypatch, base_tok, tok, sampler
+):
+    """Greedy decoding of a left-padded batch, every head fused, as evaluation runs it on CUDA:
+    the prefill and every one-query step over the cache go through flex, with the reference's
+    tokens and step logits."""
+    batch = batch_of(tok, [single_doc(sampler, 0.75), multihop(sampler, 0.6)], answers=False)
+    opts = dict(max_new_tokens=3, do_sample=False, pad_token_id=tok.pad_token_id)
+    opts.update(return_dict_in_generate=True, output_logits=True)
+    results, queries = [], []
+    real = flex.flex_fused_heads
+    monkeypatch.setattr(
+        flex,
+        "flex_fused_heads",
+        lambda q, *a, **kw: queries.append(q.shape[2]) or real(q, *a, **kw),
+    )
+    for path in (kernels.REFERENCE, kernels.FUSED):
+        monkeypatch.setattr(kernels, "choose", lambda method, device, path=path: path)
+        model = attached_lkg(base_tok, tok, fusion_heads="all").eval()
+        with torch.no_grad():
+            results.append(model.generate(**batch, **opts))
+    (reference, fused), width = results, batch["input_ids"].shape[1]
+    layers = queries.count(width)
+    assert layers and queries == [width] * layers + [1] * 2 * layers
+    assert torch.equal(fused.sequences, reference.sequences)
+    for a, b in zip(fused.logits, reference.logits, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

@@ -1,7 +1,8 @@
 """The fused Triton rectified attention (methods/rectify/triton_kernel.py) against the materialised
 formula, values and gradients of q, u, k, v: on the CPU through Triton's interpreter
 (tests/conftest.py sets TRITON_INTERPRET=1 where CUDA is absent), tiny shapes with 16×16 tiles so
-that every sequence spans several tiles, one of them ragged."""
+that every sequence spans several tiles, one of them ragged; then inside the model, as a GPU
+fine-tune and evaluation call it (transformers' masks and strides, the decoding steps)."""
 
 import pytest
 import torch
@@ -9,6 +10,13 @@ import torch
 from tests.attention.test_tile_ranges import scattered_mask
 from tests.methods.rectify.test_kernel import _inputs, left_padding_mask
 from tests.methods.rectify.test_kernel_bf16 import _bf16_errors, _rel
+from tests.methods.rectify.test_model import (
+    IDS,
+    MASK,
+    _copy_lora_into_rectified,
+    _rectified,
+    _trained_lora,
+)
 from tests.triton_interpreter import interpreter_or_skip
 from zoomattn.attention import kernels
 from zoomattn.attention.math import sdpa
@@ -171,3 +179,75 @@ def test_fused_row_whose_first_tile_allows_nothing_keeps_its_true_maximum():
         reference = rectified_attention_materialised(q, u, k, v, g, mask)
     torch.testing.assert_close(out[0, 0, 1], v[0, 0, 20])
     torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
+
+
+def _fused_calls(monkeypatch) -> list[tuple[int, bool]]:
+    """Dispatch set to fused (as on CUDA under ``attention_kernels: fused``), every call of the
+    kernel recorded as (queries, with a mask)."""
+    from zoomattn.methods.rectify import triton_kernel
+
+    calls = []
+    kernel = triton_kernel.fused_rectified_attention
+
+    def recorded(q, u, k, v, g, mask=None, *args):
+        calls.append((q.shape[2], mask is not None))
+        return kernel(q, u, k, v, g, mask, *args)
+
+    monkeypatch.setattr(triton_kernel, "fused_rectified_attention", recorded)
+    monkeypatch.setattr(kernels, "choose", lambda method, device: kernels.FUSED)
+    return calls
+
+
+def test_a_trained_model_gives_the_reference_logits_and_gradients_through_the_fused_kernel(
+    base_dir, monkeypatch
+):
+    """The kernel inside the model as a fine-tune runs it: a left-padded batch, the mask and the
+    post-RoPE q, u, k, v strides as transformers hands them over, GQA; every trainable
+    parameter's gradient, not only the attention's inputs."""
+
+    def logits_and_grads():
+        torch.manual_seed(0)
+        model = _rectified(base_dir, xi=3.0)
+        _copy_lora_into_rectified(_trained_lora(base_dir), model)
+        for name, p in model.named_parameters():  # ΔW trains, as build_trainable sets it
+            p.requires_grad_(".zoom." in name or "lora_" in name)
+        logits = model(input_ids=IDS, attention_mask=MASK).logits
+        weight = torch.randn(logits.shape, generator=torch.Generator().manual_seed(2))
+        (logits * weight * MASK[..., None]).sum().backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+        return logits.detach(), grads
+
+    logits, grads = logits_and_grads()
+    calls = _fused_calls(monkeypatch)
+    fused_logits, fused_grads = logits_and_grads()
+    assert calls and all(call == (IDS.shape[1], True) for call in calls)  # one per layer
+    torch.testing.assert_close(fused_logits[0], logits[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fused_logits[1, 3:], logits[1, 3:], atol=1e-5, rtol=1e-5)
+    assert fused_grads.keys() == grads.keys() and any(".zoom.down." in n for n in grads)
+    for name, grad in grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_generation_decodes_a_padded_batch_through_the_fused_kernel_step_by_step(
+    base_dir, monkeypatch
+):
+    """Greedy decoding as evaluation runs it on CUDA: the prefill and every one-query step with
+    the cache and the padding mask go through the kernel, with the reference's tokens and the
+    step logits of the reference."""
+    model = _rectified(base_dir, xi=3.0)
+    _copy_lora_into_rectified(_trained_lora(base_dir), model)
+
+    def generate():
+        with torch.no_grad():
+            out = model.generate(input_ids=IDS, attention_mask=MASK, max_new_tokens=3,
+                                 do_sample=False, output_logits=True, return_dict_in_generate=True,
+                                 pad_token_id=0)  # fmt: skip
+        return out.sequences, torch.stack(out.logits)
+
+    tokens, logits = generate()
+    calls = _fused_calls(monkeypatch)
+    fused_tokens, fused_logits = generate()
+    layers = len(calls) // 3
+    assert calls == [(IDS.shape[1], True)] * layers + [(1, True)] * 2 * layers
+    assert torch.equal(fused_tokens, tokens)
+    torch.testing.assert_close(fused_logits, logits, atol=1e-5, rtol=1e-5)
