@@ -54,6 +54,10 @@ step attention 170 $py benchmarks/gpu_paper.py --attention-only --repeats 3 \
 step rectify_tiles 200 $py benchmarks/rectified_triton.py --sweep --lengths 4096 --padded 0.25 \
   --budget-s 150 --out "$out/rectified_tiles.json"
 step rectify_padded 60 $py benchmarks/rectified_triton.py --lengths 8192 --padded 0.25 --repeats 3
+# a decoding step (8 queries over a left-padded cache), as evaluation's generation runs it: the
+# fused kernel, which runs it on its prefill tiles, against the block-wise path and SDPA
+step rectify_decode 60 $py benchmarks/rectified_triton.py --decode 8 --lengths 4096 8192 \
+  --padded 0.25 --repeats 5
 # LKG-RALM with 2 of 32 heads fused taken apart (benchmarks/relevance_fusion.py: the flex kernel
 # alone, and the split of the heads done by splicing into SDPA on every head)
 step lkg_heads 90 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192 --repeats 5

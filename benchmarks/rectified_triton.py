@@ -128,6 +128,38 @@ def measure(n: int, args) -> dict:
     return row
 
 
+def decode(n: int, args) -> dict:
+    """One decoding step as generation runs it: a batch of ``args.decode`` single queries over n
+    cached keys (the last ``--padded`` of a left-padded batch's mask), forward only, without
+    gradients; each variant's median time over ``--repeats`` rounds of 20 steps. The fused
+    kernel runs its prefill tile table here (one of each 64-row query tile used)."""
+    from zoomattn.attention.math import sdpa
+    from zoomattn.methods.rectify.kernel import Rectifier, rectified_attention
+    from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention
+
+    b, g = args.decode, Rectifier("max", 3.0)
+    q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
+    q, u = (x[:, :, -1:].detach().expand(b, -1, -1, -1).contiguous() for x in (q, u))
+    k, v = (x.detach().expand(b, -1, -1, -1).contiguous() for x in (k, v))
+    mask = left_padding_mask(n, args.padded)
+    mask = None if mask is None else mask[:, :, -1:].expand(b, -1, -1, -1)
+    forward = {
+        "sdpa": lambda: sdpa(q, k, v, mask),
+        "blockwise": lambda: rectified_attention(q, u, k, v, g, mask),
+        "fused": lambda: fused_rectified_attention(q, u, k, v, g, mask, tiles=args.tiles),
+    }
+    with torch.no_grad():
+        fused, blockwise = forward["fused"]().float(), forward["blockwise"]().float()
+        error = ((fused - blockwise).norm() / blockwise.norm()).item()
+        ms = {name: _median_ms(lambda f=f: [f() for _ in range(20)], args.repeats) / 20
+              for name, f in forward.items()}  # fmt: skip
+    return {"n": n, "batch": b, "fused_vs_blockwise_rel_error": error,
+            **{f"{name}_decode_ms": t for name, t in ms.items()},
+            "blockwise_decode_vs_sdpa": ms["blockwise"] / ms["sdpa"],
+            "fused_decode_vs_sdpa": ms["fused"] / ms["sdpa"],
+            "fused_decode_vs_blockwise": ms["fused"] / ms["blockwise"]}  # fmt: skip
+
+
 # (BLOCK_M, BLOCK_N, warps, stages) tried per kernel; BLOCK_M is the query tile (the dK/dV
 # kernel's step over query rows), BLOCK_N the key tile (the forward and dQ kernels' step)
 SWEEP = {
@@ -230,6 +262,8 @@ def main() -> None:
         help="fraction of left padding, through a boolean mask (default: none)",
     )
     p.add_argument("--sweep", action="store_true", help="tune the tile table (see above)")
+    p.add_argument("--decode", type=int, default=0, metavar="BATCH",
+                   help="time a decoding step of BATCH queries instead (see decode)")  # fmt: skip
     p.add_argument("--budget-s", type=float, default=240, help="time for the sweep's candidates")
     p.add_argument("--out", default=None, help="write the sweep's JSON here")  # fmt: skip
     p.add_argument("--smoke", action="store_true",
@@ -261,12 +295,13 @@ def main() -> None:
         args.tiles = {**default, **{name: tuple(t) for name, t in args.tiles.items()}}
     rows = []
     for n in args.lengths:
-        rows.append(measure(n, args))
+        rows.append(decode(n, args) if args.decode else measure(n, args))
         print(json.dumps(rows[-1]), flush=True)
+    what = f"decoding steps of {args.decode} queries" if args.decode else "causal, fwd+bwd"
     summary = {
-        "device": torch.cuda.get_device_name(),
-        "shape": f"B=1, heads={args.heads}, kv_heads={args.kv_heads}, head_dim={args.head_dim}, "
-        "bf16, causal, fwd+bwd",
+        "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (Triton interpreter)",
+        "shape": f"B={args.decode or 1}, heads={args.heads}, kv_heads={args.kv_heads}, "
+        f"head_dim={args.head_dim}, bf16, {what}",
         "tiles": args.tiles or "default",
         **{f"{r['n']}": {key: float(f"{r[key]:.4g}") for key in r if "vs" in key} for r in rows},
     }

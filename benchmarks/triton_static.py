@@ -13,9 +13,11 @@ Per kernel and tile: registers per thread, spilled bytes (stack; local stores an
 memory and whether it fits the card (227 KiB per block), the tensor-core instructions (wgmma:
 Hopper's warpgroup MMA; mma.sync: Ampere's), special-function instructions (MUFU: exp, log,
 reciprocal) and whether the key and value loads are pipelined (async copies). Speed stays a GPU
-measurement: this finds the tiles that cannot launch, spill, or are not pipelined.
+measurement: this finds the tiles that cannot launch, spill, or are not pipelined, and the
+launches a run can make (``VARIANTS``: every g, fp16 and fp32, a decoding step) that would not
+compile on the card: the interpreter, which the suite's correctness tests run, compiles nothing.
 
-    PYTHONPATH=$PWD python benchmarks/triton_static.py                 # each method's tile table
+    PYTHONPATH=$PWD python benchmarks/triton_static.py                 # tables and VARIANTS
     PYTHONPATH=$PWD python benchmarks/triton_static.py --sweep         # + rectification's sweep
 """
 
@@ -75,18 +77,19 @@ def recorded(module):
             setattr(module, name, value)
 
 
-def _projected(n: int, heads: int, head_dim: int) -> torch.Tensor:
-    """[1, heads, n, head_dim] bf16 viewed from the projections' [1, n, heads, head_dim]."""
-    x = torch.zeros(1, n, heads, head_dim, dtype=torch.bfloat16)
+def _projected(n: int, heads: int, head_dim: int, dtype=torch.bfloat16) -> torch.Tensor:
+    """[1, heads, n, head_dim] viewed from the projections' [1, n, heads, head_dim]."""
+    x = torch.zeros(1, n, heads, head_dim, dtype=dtype)
     return x.transpose(1, 2).requires_grad_(True)
 
 
-def _mask(n: int, masked: bool) -> torch.Tensor | None:
+def _mask(n: int, masked: bool, queries: int | None = None) -> torch.Tensor | None:
     """None (causal prefill), or a causal mask whose first quarter of positions is padding, on
-    the CPU (the GPU sweep's ``--padded 0.25``)."""
+    the CPU (the GPU sweep's ``--padded 0.25``); with ``queries``, its last rows (decoding)."""
     from rectified_triton import left_padding_mask
 
-    return left_padding_mask(n, 0.25 if masked else 0.0, "cpu")
+    mask = left_padding_mask(n, 0.25 if masked else 0.0, "cpu")
+    return mask if mask is None or queries is None else mask[:, :, -queries:]
 
 
 def rectify_table() -> dict:
@@ -101,32 +104,42 @@ def opamp_table() -> dict:
     return triton_kernel._tiles(CUDA)
 
 
-def rectify_launches(n: int, masked: bool, tiles: dict | None = None) -> list[Launch]:
+def rectify_launches(
+    n: int, masked: bool, tiles=None, g="max", dtype=torch.bfloat16, queries=None
+) -> list[Launch]:
+    """The launches of one forward and backward at n tokens; with ``queries`` (a decoding step:
+    that many queries over n keys) the forward only, as generation runs it."""
     from zoomattn.methods.rectify import triton_kernel
     from zoomattn.methods.rectify.kernel import Rectifier
 
-    q, u, k, v = (_projected(n, h, 128) for h in (32, 32, 8, 8))
-    tiles = tiles or rectify_table()
+    q, u = (_projected(queries or n, 32, 128, dtype) for _ in range(2))
+    k, v = (_projected(n, 8, 128, dtype) for _ in range(2))
+    g = Rectifier(g, 3.0)
     with recorded(triton_kernel) as launches:
         out = triton_kernel.fused_rectified_attention(
-            q, u, k, v, Rectifier("max", 3.0), _mask(n, masked), tiles=tiles
+            q, u, k, v, g, _mask(n, masked, queries), tiles=tiles or rectify_table()
         )
-        out.backward(torch.zeros_like(out))
+        if queries is None:
+            out.backward(torch.zeros_like(out))
     return launches
 
 
-def opamp_launches(n: int, masked: bool, tiles: dict | None = None) -> list[Launch]:
+def opamp_launches(
+    n: int, masked: bool, tiles=None, g=None, dtype=torch.bfloat16, queries=None
+) -> list[Launch]:
+    """As ``rectify_launches`` (OpAmp has no g)."""
     from zoomattn.methods.opamp import triton_kernel
 
-    q_stack = torch.zeros(1, 64, n, 128, dtype=torch.bfloat16, requires_grad=True)
-    k_stack = torch.zeros(1, 16, n, 128, dtype=torch.bfloat16, requires_grad=True)
-    v = _projected(n, 8, 128)
-    tiles = tiles or opamp_table()
+    q_stack = torch.zeros(1, 64, queries or n, 128, dtype=dtype, requires_grad=True)
+    k_stack = torch.zeros(1, 16, n, 128, dtype=dtype, requires_grad=True)
+    v = _projected(n, 8, 128, dtype)
     with recorded(triton_kernel) as launches:
         out = triton_kernel.two_branch_flash(
-            q_stack, k_stack, v, (0.5, 5.0), _mask(n, masked), tiles=tiles
-        )
-        out.backward(torch.zeros_like(out))
+            q_stack, k_stack, v, (0.5, 5.0), _mask(n, masked, queries),
+            tiles=tiles or opamp_table(),
+        )  # fmt: skip
+        if queries is None:
+            out.backward(torch.zeros_like(out))
     return launches
 
 
@@ -179,24 +192,51 @@ def describe(compiled) -> dict:
 
 
 def static_rows(
-    method: str, n: int, masked: bool, tiles: dict | None = None, kernels=KERNELS
+    method: str, n: int, masked: bool, tiles: dict | None = None, kernels=KERNELS, **variant
 ) -> list[dict]:
     """One row per kernel (of ``kernels``) of ``method``'s fused forward + backward at ``tiles``
-    (default: its table)."""
+    (default: its table); ``variant`` as ``VARIANTS``' (default: g max, bf16, prefill)."""
     rows = []
-    for launch in METHODS[method](n, masked, tiles):
+    for launch in METHODS[method](n, masked, tiles, **variant):
         if launch.kernel.fn.__name__ not in kernels:
             continue
         kw = launch.kwargs
         row = {"method": method, "kernel": launch.kernel.fn.__name__, "tokens": n,
                "tile": [kw["BLOCK_M"], kw["BLOCK_N"], kw["num_warps"], kw["num_stages"]],
                "mask": "left padding" if masked else "causal"}  # fmt: skip
+        if variant:
+            row["variant"] = ", ".join(f"{k}={str(v).removeprefix('torch.')}"
+                                       for k, v in variant.items())  # fmt: skip
         t0 = time.perf_counter()
         try:
             row.update(describe(compile_for_sm90(launch)))
         except triton.CompilationError as error:  # recorded, as the GPU sweep records it
             row["error"] = str(error).strip().splitlines()[-1][:300]
         rows.append({**row, "compile_s": round(time.perf_counter() - t0, 2)})
+    return rows
+
+
+# The other launches a run can make, each at its method's table and under a padding mask: every
+# other g of the rectification study (ξ = 0 never reaches the kernel: SDPA on q + u), fp16 and
+# fp32 inputs (``dtype: float32`` on a card), and a decoding step (one query over the cache;
+# Triton's binder makes that 1 a constant, hence another kernel), the forward only, as
+# generation runs it.
+VARIANTS = [
+    *[("rectify", {"g": g}) for g in ("tanh", "tanh_plus_x", "sigmoid")],
+    *[
+        (m, {"dtype": dtype})
+        for m in ("rectify", "opamp")
+        for dtype in (torch.float16, torch.float32)
+    ],
+    *[(m, {"queries": 1}) for m in ("rectify", "opamp")],
+]
+
+
+def variant_rows(n: int) -> list[dict]:
+    rows = []
+    for method, variant in VARIANTS:
+        rows += static_rows(method, n, True, **variant)
+        print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -222,11 +262,14 @@ COLUMNS = ("method", "kernel", "tile", "mask", "registers", "spill_stack_bytes",
            "shared_bytes", "fits", "wgmma", "mma_sync", "mufu", "pipelined")  # fmt: skip
 
 
-def markdown(rows: list[dict], header: str) -> str:
-    lines = [header, "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+def markdown(rows: list[dict], header: str, columns=COLUMNS) -> str:
+    lines = [header, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    labels = columns.index("registers")
     for r in rows:
-        cells = [str(r[c]) for c in COLUMNS[:4]]
-        cells += [str(r[c]) for c in COLUMNS[4:]] if "error" not in r else [f"**{r['error']}**"]
+        cells = [str(r[c]) for c in columns[:labels]]
+        cells += (
+            [str(r[c]) for c in columns[labels:]] if "error" not in r else [f"**{r['error']}**"]
+        )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -242,6 +285,7 @@ def main() -> None:
     for masked in (False, True):
         for method in args.methods:
             rows += static_rows(method, args.tokens, masked)
+    variants = variant_rows(args.tokens)
     swept = []
     for masked in (False, True) if args.sweep else ():
         for method in args.methods:
@@ -253,10 +297,12 @@ def main() -> None:
         f"{args.tokens} tokens, bf16, 32 query heads over 8 KV heads, head dim 128; compiled on "
         "a CPU, no GPU"
     )
-    result = {"about": about, "tables": rows, "sweep": swept}
+    result = {"about": about, "tables": rows, "variants": variants, "sweep": swept}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     text = markdown(rows, f"# The fused kernels' tile tables for sm_90\n\n{about}.")
+    title = "## Every other launch a run makes, at the tables, under a padding mask (``VARIANTS``)"
+    text += "\n" + markdown(variants, title, (*COLUMNS[:4], "variant", *COLUMNS[4:]))
     if args.sweep:
         title = "## The GPU sweep's candidate tiles (benchmarks/rectified_triton.py)"
         text += "\n" + markdown(swept, title)

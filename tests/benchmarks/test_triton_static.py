@@ -47,31 +47,62 @@ tiles = {"forward": (64, 32, 4, 2), "kv": (16, 32, 4, 2), "q": (32, 16, 4, 2)}
 rows = [r for m in ("rectify", "opamp") for r in triton_static.static_rows(m, 256, True, tiles)]
 forward = triton_static.rectify_launches(256, False, tiles)[0]
 compiled = triton_static.compile_for_sm90(forward)
+variants = [r for g in ("tanh", "tanh_plus_x", "sigmoid")
+            for r in triton_static.static_rows("rectify", 256, True, tiles, ["_backward_q"], g=g)]
+variants += [r for m in ("rectify", "opamp")
+             for r in triton_static.static_rows(m, 256, True, tiles, ["_forward"], queries=1)]
+step = triton_static.rectify_launches(256, True, tiles, queries=1)[0]
 print(json.dumps({"rows": rows, "arch": compiled.metadata.target.arch,
-                  "upcast": forward.kwargs["UPCAST"], "signature": compiled.src.signature}))
+                  "upcast": forward.kwargs["UPCAST"], "signature": compiled.src.signature,
+                  "variants": variants,
+                  "step": triton_static.compile_for_sm90(step).src.signature}))
 """
 
 
-def test_every_kernel_compiles_for_sm90_at_unequal_tiles_as_the_jit_specialises_it(tmp_path):
-    """In a process of its own: the suite runs Triton's interpreter, whose kernels do not
-    compile, and which ran OpAmp's backward kernels that failed to compile for any GPU unless
-    BLOCK_M = BLOCK_N."""
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """The kernels compiled for sm_90 in a process of its own: the suite runs Triton's
+    interpreter, whose kernels do not compile (and which ran OpAmp's backward kernels that
+    failed to compile for any GPU unless BLOCK_M = BLOCK_N)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = f"{ROOT / 'benchmarks'}{os.pathsep}{ROOT}"
-    env["TRITON_CACHE_DIR"] = str(tmp_path)  # compiled here, not loaded from an earlier run
+    env["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton"))  # no earlier run's kernels
     done = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    rows = result["rows"]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _assert_compiled(row):
+    assert row.get("error") is None, row
+    assert 0 < row["registers"] <= 255 and row["fits"] and row["pipelined"], row
+    assert row["wgmma"] + row["mma_sync"] > 0 and row["mufu"] > 0, row
+
+
+def test_every_kernel_compiles_for_sm90_at_unequal_tiles_as_the_jit_specialises_it(compiled):
+    rows = compiled["rows"]
     assert [(r["method"], r["kernel"]) for r in rows] == [
         (m, k) for m in ("rectify", "opamp") for k in ("_forward", "_backward_kv", "_backward_q")
     ]
-    assert [r.get("error") for r in rows] == [None] * 6
     for row in rows:
-        assert 0 < row["registers"] <= 255 and row["fits"] and row["pipelined"], row
-        assert row["wgmma"] + row["mma_sync"] > 0 and row["mufu"] > 0, row
-    assert result["arch"] == 90 and result["upcast"] is False  # no interpreter rounding on a card
-    signature = result["signature"]
+        _assert_compiled(row)
+    assert compiled["arch"] == 90 and compiled["upcast"] is False  # no interpreter rounding
+    signature = compiled["signature"]
     assert signature["sq_d"] == signature["sk_d"] == "constexpr"  # the unit stride, as the JIT
     assert signature["sq_l"] == "i32"
+
+
+def test_every_g_and_a_decoding_step_compile_for_sm90_each_a_kernel_of_its_own(compiled):
+    """The branches a run reaches beyond the tables' g: each other g's dQ/dU kernel (g and g′;
+    ξ = 0 runs SDPA on q + u, never the kernel),
+    and the forward of one query over the cache, which the JIT compiles anew (n_q = 1 becomes a
+    constant), as generation launches it on a card."""
+    variants = compiled["variants"]
+    assert [(r["method"], r["kernel"], r["variant"]) for r in variants] == [
+        *[("rectify", "_backward_q", f"g={g}") for g in ("tanh", "tanh_plus_x", "sigmoid")],
+        ("rectify", "_forward", "queries=1"),
+        ("opamp", "_forward", "queries=1"),
+    ]
+    for row in variants:
+        _assert_compiled(row)
+    assert compiled["step"]["n_q"] == "constexpr"
