@@ -73,13 +73,7 @@ def _setup(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, threa
     import torch
 
     from zoomattn.attention.math import sdpa
-    from zoomattn.methods.lkg.kernel import (
-        Boundary,
-        call_mask,
-        fusion_bias,
-        relevance_attention,
-        segment_ids,
-    )
+    from zoomattn.methods.lkg import kernel as lkg
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -90,14 +84,14 @@ def _setup(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, threa
     q, k, v = projected(heads), projected(kv_heads), projected(kv_heads)
     row, n_passages = layout(n, passage)
     ids = torch.tensor([row])
-    boundary = Boundary(**MARKERS)
+    boundary = lkg.Boundary(**MARKERS)
     log_alpha = torch.randn(1, n_passages).requires_grad_(True)
     frozen_alpha = log_alpha.detach()
 
     def fused(fused_heads, alpha):
-        segments = segment_ids(ids, boundary)
-        bias = fusion_bias(segments, segments, alpha, call_mask(None, n, n, q.device))
-        return relevance_attention(q, k, v, None, None, fused_heads, bias)
+        segments = lkg.segment_ids(ids, boundary)
+        bias = lkg.fusion_bias(segments, segments, alpha, lkg.call_mask(None, n, n, q.device))
+        return lkg.relevance_attention(q, k, v, None, None, fused_heads, bias)
 
     everything = tuple(range(heads))
     fns = {

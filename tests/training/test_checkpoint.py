@@ -1,11 +1,13 @@
 import logging
+import random
 import shutil
 
 import pytest
 import torch
 
-from zoomattn.training import checkpoint
+from zoomattn.training import checkpoint, distributed
 from zoomattn.training.checkpoint import Checkpointer, MetricHistory, job_identity
+from zoomattn.training.distributed import SINGLE, World
 
 SPEC = {"run": "qlora", "finetune": {"lr": 1e-3, "steps": 6}, "code": "abc"}
 
@@ -122,3 +124,25 @@ def test_metric_history_merges_a_steps_metrics_and_replays_them_in_step_order():
     resumed.replay({4: {"loss": 1.0}, 2: {"loss": 2.0, "em": 0.5}})
     assert sent == [(2, {"loss": 2.0, "em": 0.5}), (4, {"loss": 1.0})]
     assert resumed.by_step == {2: {"loss": 2.0, "em": 0.5}, 4: {"loss": 1.0}}
+
+
+def test_each_process_restores_its_own_random_streams(tmp_path):
+    """A checkpoint of 2 processes holds each one's streams; the second process restores the
+    second's, not the first's (the one a single process would restore)."""
+    streams = []
+    for seed in (11, 12):
+        torch.manual_seed(seed)
+        random.seed(seed)
+        streams.append(distributed.rng_state())
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    Checkpointer(tmp_path, 2, "id").save(2, model, optimizer)
+    state = torch.load(tmp_path / "state.pt", weights_only=False)
+    torch.save({**state, "ranks_rng": streams}, tmp_path / "state.pt")
+    second = World(1, 2, 0, "none")  # restoring needs no collective
+    Checkpointer(tmp_path, 2, "id", second).restore(model, optimizer)
+    got_torch, got_python = torch.rand(3), random.random()
+    torch.manual_seed(12)
+    random.seed(12)
+    assert torch.equal(got_torch, torch.rand(3)) and got_python == random.random()
+    assert distributed.gather_rng_states(SINGLE)[0]["torch"].equal(torch.get_rng_state())

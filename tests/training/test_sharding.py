@@ -10,7 +10,6 @@ interruptions are, and the resumed run builds the model, optimiser and streams a
 import copy
 import json
 import os
-import random
 import signal
 import sys
 from pathlib import Path
@@ -32,7 +31,6 @@ from zoomattn.methods.mudaf.config import MudafConfig
 from zoomattn.modeling.loading import load_tokenizer
 from zoomattn.training import checkpoint, distributed, sharding
 from zoomattn.training.batching import encode_example
-from zoomattn.training.checkpoint import Checkpointer
 from zoomattn.training.distributed import SINGLE, World
 from zoomattn.training.finetune import finetune, sharded_optimizer
 from zoomattn.training.sharding import Layout, ShardedAdamW
@@ -375,28 +373,6 @@ def test_a_consolidated_sharded_state_restores_to_the_same_next_step():
     assert all(torch.equal(a, b) for a, b in zip(params, fresh, strict=True))
     with pytest.raises(RuntimeError, match="made for .* shards 22 weights over 2 processes"):
         ShardedAdamW(World(0, 2, 0, "none"), named, 0.1, torch.float32).load(weights, state)
-
-
-def test_each_process_restores_its_own_random_streams(tmp_path):
-    """A checkpoint of 2 processes holds each one's streams; the second process restores the
-    second's, not the first's (the one a single process would restore)."""
-    streams = []
-    for seed in (11, 12):
-        torch.manual_seed(seed)
-        random.seed(seed)
-        streams.append(distributed.rng_state())
-    model = torch.nn.Linear(2, 2)
-    optimizer = torch.optim.AdamW(model.parameters())
-    Checkpointer(tmp_path, 2, "id").save(2, model, optimizer)
-    state = torch.load(tmp_path / "state.pt", weights_only=False)
-    torch.save({**state, "ranks_rng": streams}, tmp_path / "state.pt")
-    second = World(1, 2, 0, "none")  # restoring needs no collective
-    Checkpointer(tmp_path, 2, "id", second).restore(model, optimizer)
-    got_torch, got_python = torch.rand(3), random.random()
-    torch.manual_seed(12)
-    random.seed(12)
-    assert torch.equal(got_torch, torch.rand(3)) and got_python == random.random()
-    assert distributed.gather_rng_states(SINGLE)[0]["torch"].equal(torch.get_rng_state())
 
 
 def test_a_sharded_full_finetune_refuses_a_paged_optimizer_naming_the_key():
