@@ -98,7 +98,7 @@ def test_fused_rectified_matches_its_materialised_formula_on_cuda(name, scenario
     assert grad_error <= 1.5 * sdpa_grad, (grad_error, sdpa_grad)
 
 
-def test_rectified_attention_runs_the_fused_kernel_on_cuda_when_configured():
+def test_rectified_attention_runs_the_fused_kernel_on_cuda_when_configured_but_decoding():
     (q, u, k, v), mask = _inputs("padded", torch.bfloat16)
     g = Rectifier("max", 3.0)
     with torch.no_grad(), kernels.using("fused"):
@@ -108,3 +108,7 @@ def test_rectified_attention_runs_the_fused_kernel_on_cuda_when_configured():
         blockwise = rectified_attention(q, u, k, v, g, mask)
     ok = mask.any(-1, keepdim=True)
     assert _rel(out.where(ok, 0.0), blockwise.where(ok, 0.0)) <= 1e-2
+    (q, u, k, v), _ = _inputs("decoding_step", torch.bfloat16)  # FUSED_DECODING off: block-wise
+    with torch.no_grad(), kernels.using("fused"):
+        rectified_attention(q, u, k, v, g)
+        assert kernels.paths_run() == {"rectify": "reference"}

@@ -78,9 +78,11 @@ def using(setting: str | dict) -> Iterator[None]:
         _ran.update(ran)
 
 
-def choose(method: str, device: torch.device) -> str:
-    """The path ``method``'s attention takes for tensors on ``device``: fused only on CUDA."""
-    fused = _per_method.get(method, REFERENCE) == FUSED
+def choose(method: str, device: torch.device, fused_fits: bool = True) -> str:
+    """The path ``method``'s attention takes for tensors on ``device``: fused only on CUDA, and
+    only where the method says its fused path fits the call (``fused_fits``; rectification's
+    decoding steps do not), recorded either way."""
+    fused = _per_method.get(method, REFERENCE) == FUSED and fused_fits
     path = FUSED if fused and device.type == "cuda" else REFERENCE
     _ran.setdefault(method, set()).add(path)
     return path

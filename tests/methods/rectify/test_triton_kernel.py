@@ -20,6 +20,7 @@ from tests.methods.rectify.test_model import (
 from tests.triton_interpreter import interpreter_or_skip
 from zoomattn.attention import kernels
 from zoomattn.attention.math import sdpa
+from zoomattn.methods.rectify import kernel as rectify_kernel
 from zoomattn.methods.rectify.kernel import (
     G_VARIANTS,
     Rectifier,
@@ -113,22 +114,45 @@ def test_fused_bf16_is_as_accurate_as_bf16_sdpa_in_values_and_gradients(name):
     assert grad_error <= 1.5 * sdpa_grad_error, (grad_error, sdpa_grad_error)
 
 
-def test_rectified_attention_runs_the_fused_kernel_when_dispatch_says_fused(monkeypatch):
+def _on_cuda_under_fused(monkeypatch) -> list[tuple[int, bool]]:
+    """Dispatch as on CUDA under ``attention_kernels: fused`` (kernels.choose's own rule, the
+    tensors' device taken for CUDA), every call of the kernel recorded as (queries, masked)."""
     from zoomattn.methods.rectify import triton_kernel
 
-    calls = []
-    fused = triton_kernel.fused_rectified_attention
-    monkeypatch.setattr(kernels, "choose", lambda method, device: kernels.FUSED)
-    monkeypatch.setattr(
-        triton_kernel, "fused_rectified_attention", lambda *a: calls.append(1) or fused(*a)
-    )
-    (q, u, k, v), mask = _scenario("decoding_step", torch.float32)
+    calls, kernel, choose = [], triton_kernel.fused_rectified_attention, kernels.choose
+
+    def recorded(q, u, k, v, g, mask=None, *args):
+        calls.append((q.shape[2], mask is not None))
+        return kernel(q, u, k, v, g, mask, *args)
+
+    monkeypatch.setattr(triton_kernel, "fused_rectified_attention", recorded)
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(kernels, "choose", lambda m, device, **kw: choose(m, cuda, **kw))
+    kernels.configure({"rectify": "fused"})
+    return calls
+
+
+@pytest.fixture
+def restore_kernels_setting():
+    yield
+    kernels.configure(kernels.REFERENCE)
+
+
+def test_rectified_attention_runs_the_fused_kernel_where_dispatch_says_fused_but_decoding(
+    monkeypatch, restore_kernels_setting
+):
+    """Prefill through the kernel; a decoding step (one query) through the block-wise path,
+    recorded as such (its speed on the kernel is unmeasured)."""
+    calls = _on_cuda_under_fused(monkeypatch)
     g = Rectifier("sigmoid", 3.0)
-    with torch.no_grad():
-        out = rectified_attention(q, u, k, v, g, mask)
-        reference = rectified_attention_materialised(q, u, k, v, g, mask)
-    assert calls == [1]
-    torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
+    for scenario in ("padded", "decoding_step"):
+        (q, u, k, v), mask = _scenario(scenario, torch.float32)
+        with torch.no_grad():
+            out = rectified_attention(q, u, k, v, g, mask)
+            reference = rectified_attention_materialised(q, u, k, v, g, mask)
+        torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
+    assert calls == [(N, True)]
+    assert kernels.paths_run() == {"rectify": "fused+reference"}
 
 
 def test_fused_setting_keeps_the_blockwise_path_on_the_cpu():
@@ -181,25 +205,8 @@ def test_fused_row_whose_first_tile_allows_nothing_keeps_its_true_maximum():
     torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
 
 
-def _fused_calls(monkeypatch) -> list[tuple[int, bool]]:
-    """Dispatch set to fused (as on CUDA under ``attention_kernels: fused``), every call of the
-    kernel recorded as (queries, with a mask)."""
-    from zoomattn.methods.rectify import triton_kernel
-
-    calls = []
-    kernel = triton_kernel.fused_rectified_attention
-
-    def recorded(q, u, k, v, g, mask=None, *args):
-        calls.append((q.shape[2], mask is not None))
-        return kernel(q, u, k, v, g, mask, *args)
-
-    monkeypatch.setattr(triton_kernel, "fused_rectified_attention", recorded)
-    monkeypatch.setattr(kernels, "choose", lambda method, device: kernels.FUSED)
-    return calls
-
-
 def test_a_trained_model_gives_the_reference_logits_and_gradients_through_the_fused_kernel(
-    base_dir, monkeypatch
+    base_dir, monkeypatch, restore_kernels_setting
 ):
     """The kernel inside the model as a fine-tune runs it: a left-padded batch, the mask and the
     post-RoPE q, u, k, v strides as transformers hands them over, GQA; every trainable
@@ -218,7 +225,7 @@ def test_a_trained_model_gives_the_reference_logits_and_gradients_through_the_fu
         return logits.detach(), grads
 
     logits, grads = logits_and_grads()
-    calls = _fused_calls(monkeypatch)
+    calls = _on_cuda_under_fused(monkeypatch)
     fused_logits, fused_grads = logits_and_grads()
     assert calls and all(call == (IDS.shape[1], True) for call in calls)  # one per layer
     torch.testing.assert_close(fused_logits[0], logits[0], atol=1e-5, rtol=1e-5)
@@ -228,12 +235,14 @@ def test_a_trained_model_gives_the_reference_logits_and_gradients_through_the_fu
         torch.testing.assert_close(fused_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
-def test_generation_decodes_a_padded_batch_through_the_fused_kernel_step_by_step(
-    base_dir, monkeypatch
+@pytest.mark.parametrize("fused_decoding", [False, True])
+def test_generation_prefills_a_padded_batch_through_the_fused_kernel_and_decodes_as_set(
+    base_dir, monkeypatch, restore_kernels_setting, fused_decoding
 ):
-    """Greedy decoding as evaluation runs it on CUDA: the prefill and every one-query step with
-    the cache and the padding mask go through the kernel, with the reference's tokens and the
-    step logits of the reference."""
+    """Greedy decoding as evaluation runs it on CUDA: the prefill through the kernel with the
+    padding mask, each one-query step over the cache through the block-wise path (the default,
+    recorded as such) or, with ``FUSED_DECODING``, through the kernel; the reference's tokens and
+    step logits either way."""
     model = _rectified(base_dir, xi=3.0)
     _copy_lora_into_rectified(_trained_lora(base_dir), model)
 
@@ -245,9 +254,12 @@ def test_generation_decodes_a_padded_batch_through_the_fused_kernel_step_by_step
         return out.sequences, torch.stack(out.logits)
 
     tokens, logits = generate()
-    calls = _fused_calls(monkeypatch)
+    calls = _on_cuda_under_fused(monkeypatch)
+    monkeypatch.setattr(rectify_kernel, "FUSED_DECODING", fused_decoding)
     fused_tokens, fused_logits = generate()
-    layers = len(calls) // 2
-    assert layers and calls == [(IDS.shape[1], True)] * layers + [(1, True)] * layers
+    layers = len(model.base_model.model.model.layers)
+    steps = [(1, True)] * layers if fused_decoding else []
+    assert calls == [(IDS.shape[1], True)] * layers + steps
+    assert kernels.paths_run() == {"rectify": "fused" if fused_decoding else "fused+reference"}
     assert torch.equal(fused_tokens, tokens)
     torch.testing.assert_close(fused_logits, logits, atol=1e-5, rtol=1e-5)

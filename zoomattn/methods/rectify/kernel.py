@@ -9,8 +9,9 @@ autograd each block is a checkpoint (``torch.utils.checkpoint``) that keeps only
 output and recomputes its scores in backward (a single block is not recomputed: it is within
 the bound already). Peak memory is O(N·block) per head forward and backward, never O(N²). On
 CUDA with ``attention_kernels: fused`` the Triton kernel of ``triton_kernel.py`` runs instead
-(flash-style, O(N)). ``rectified_attention_materialised`` is the O(N²) formula, the reference of
-the tests and the benchmark.
+(flash-style, O(N)), except for a decoding step (one query: ``FUSED_DECODING``).
+``rectified_attention_materialised`` is the O(N²) formula, the reference of the tests and the
+benchmark.
 
 g, with ξ from config (the paper's smooth form; ``smooth(a, b) = log(eᵃ + eᵇ + 1) − log(e⁻ᵃ + e⁻ᵇ
 + 1)``, ≈ max(a, b) for x ≥ 0 and min(a, b) for x < 0):
@@ -133,12 +134,20 @@ def _allowed_rows(mask, causal: bool, start: int, end: int, n_q: int, n_k: int, 
     return torch.arange(n_k, device=device)[None, :] <= rows[:, None]
 
 
+# A decoding step (one query) keeps the block-wise path on CUDA too: its scores are one row per
+# head, O(S) on either path, and the Triton kernel would run it on its prefill tiles (one of 64
+# rows used, one program per batch row and head walking every key tile). Its speed there is
+# unmeasured (benchmarks/rectified_triton.py --decode): until a GPU shows it wins, not chosen.
+FUSED_DECODING = False
+
+
 def rectified_attention(q, u, k, v, g: Rectifier, mask=None, scaling=None, block=None):
     """softmax(q·kᵀ·s + g(u·kᵀ·s) + mask)·v in query blocks; shapes as the module docstring."""
     scale = q.shape[-1] ** -0.5 if scaling is None else scaling
     if g.is_identity:
         return sdpa(q + u, k, v, mask, scale)
-    if kernels.choose("rectify", q.device) == kernels.FUSED:  # CUDA, attention_kernels: fused
+    fits = FUSED_DECODING or q.shape[2] > 1
+    if kernels.choose("rectify", q.device, fused_fits=fits) == kernels.FUSED:
         from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention
 
         return fused_rectified_attention(q, u, k, v, g, mask, scale)
