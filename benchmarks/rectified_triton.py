@@ -16,6 +16,9 @@ block-wise one, as a sanity check. Prints one JSON line per length, then a summa
 batches' case; the kernel skips the tiles the mask rules out), against causal SDPA on the same
 shape without a mask.
 
+``--decode B`` times a decoding step instead (``decode``): B single queries over the cache of
+each length, forward only, every variant under the same mask (SDPA included).
+
 ``--sweep`` tunes the tile table instead: each kernel's tiles (forward; dK/dV; dQ/dU) over
 ``SWEEP`` with the others at the table's, forward alone for the forward kernel and forward +
 backward for the two others, at ``--lengths[0]``; then the best of each together against the
@@ -130,9 +133,11 @@ def measure(n: int, args) -> dict:
 
 def decode(n: int, args) -> dict:
     """One decoding step as generation runs it: a batch of ``args.decode`` single queries over n
-    cached keys (the last ``--padded`` of a left-padded batch's mask), forward only, without
-    gradients; each variant's median time over ``--repeats`` rounds of 20 steps. The fused
-    kernel runs its prefill tile table here (one of each 64-row query tile used)."""
+    cached keys (under the last row of the ``--padded`` mask, the same for every batch row),
+    forward only, without gradients; each variant's median time over ``--repeats`` rounds of
+    20 steps, variant after variant. The fused kernel runs its prefill tile table here (one row
+    of each 64-row query tile used); the dispatch sends decoding to the block-wise path until
+    this shows the kernel wins (``kernel.FUSED_DECODING``)."""
     from zoomattn.attention.math import sdpa
     from zoomattn.methods.rectify.kernel import Rectifier, rectified_attention
     from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention

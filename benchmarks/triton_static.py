@@ -14,8 +14,9 @@ memory and whether it fits the card (227 KiB per block), the tensor-core instruc
 Hopper's warpgroup MMA; mma.sync: Ampere's), special-function instructions (MUFU: exp, log,
 reciprocal) and whether the key and value loads are pipelined (async copies). Speed stays a GPU
 measurement: this finds the tiles that cannot launch, spill, or are not pipelined, and the
-launches a run can make (``VARIANTS``: every g, fp16 and fp32, a decoding step) that would not
-compile on the card: the interpreter, which the suite's correctness tests run, compiles nothing.
+other launches the kernels can be given (``VARIANTS``: every g, fp16 and fp32, a decoding step)
+that would not compile on the card: the interpreter, which the suite's correctness tests run,
+compiles nothing.
 
     PYTHONPATH=$PWD python benchmarks/triton_static.py                 # tables and VARIANTS
     PYTHONPATH=$PWD python benchmarks/triton_static.py --sweep         # + rectification's sweep
@@ -147,8 +148,8 @@ METHODS = {"rectify": rectify_launches, "opamp": opamp_launches}
 TABLES = {"rectify": rectify_table, "opamp": opamp_table}  # each method's CUDA tile table
 
 
-def compile_for_sm90(launch: Launch):
-    """The launch compiled as Triton's JIT compiles it on an sm_90 card."""
+def specialised(launch: Launch) -> tuple[ASTSource, object]:
+    """The launch as Triton's JIT specialises it for an sm_90 card: its source and options."""
     kernel = launch.kernel
     if not isinstance(kernel, JITFunction):  # TRITON_INTERPRET=1 made it an InterpretedFunction
         raise RuntimeError("triton_static compiles JIT kernels: run it without TRITON_INTERPRET")
@@ -158,7 +159,12 @@ def compile_for_sm90(launch: Launch):
     options, signature, constexprs, attrs = kernel._pack_args(
         backend, launch.kwargs, bound, specialization, options
     )
-    source = ASTSource(kernel, signature, constexprs, attrs)
+    return ASTSource(kernel, signature, constexprs, attrs), options
+
+
+def compile_for_sm90(launch: Launch):
+    """The launch compiled as Triton's JIT compiles it on an sm_90 card."""
+    source, options = specialised(launch)
     return triton.compile(source, target=SM90, options=options.__dict__)
 
 
@@ -216,27 +222,25 @@ def static_rows(
     return rows
 
 
-# The other launches a run can make, each at its method's table and under a padding mask: every
-# other g of the rectification study (ξ = 0 never reaches the kernel: SDPA on q + u), fp16 and
-# fp32 inputs (``dtype: float32`` on a card), and a decoding step (one query over the cache;
-# Triton's binder makes that 1 a constant, hence another kernel), the forward only, as
-# generation runs it.
+# The other launches the kernels can be given, (method, masked, variant), each at its method's
+# table: every other g of the rectification study (ξ = 0 never reaches the kernel: SDPA on
+# q + u), fp16 and fp32 inputs (``dtype: float32`` on a card), and a decoding step, the forward
+# of one query over the cache (Triton's binder makes that 1 a constant, hence another kernel),
+# with and without a padding mask: what generation would launch with rectification's
+# ``FUSED_DECODING`` or OpAmp's opt-in ``path="triton"`` (neither is on by default).
 VARIANTS = [
-    *[("rectify", {"g": g}) for g in ("tanh", "tanh_plus_x", "sigmoid")],
-    *[
-        (m, {"dtype": dtype})
-        for m in ("rectify", "opamp")
-        for dtype in (torch.float16, torch.float32)
-    ],
-    *[(m, {"queries": 1}) for m in ("rectify", "opamp")],
+    *[("rectify", True, {"g": g}) for g in ("tanh", "tanh_plus_x", "sigmoid")],
+    *[(m, True, {"dtype": t}) for m in METHODS for t in (torch.float16, torch.float32)],
+    *[(m, masked, {"queries": 1}) for m in METHODS for masked in (True, False)],
 ]
 
 
-def variant_rows(n: int) -> list[dict]:
+def variant_rows(n: int, methods) -> list[dict]:
     rows = []
-    for method, variant in VARIANTS:
-        rows += static_rows(method, n, True, **variant)
-        print(json.dumps(rows[-1]), flush=True)
+    for method, masked, variant in VARIANTS:
+        if method in methods:
+            rows += static_rows(method, n, masked, **variant)
+            print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -285,7 +289,7 @@ def main() -> None:
     for masked in (False, True):
         for method in args.methods:
             rows += static_rows(method, args.tokens, masked)
-    variants = variant_rows(args.tokens)
+    variants = variant_rows(args.tokens, args.methods)
     swept = []
     for masked in (False, True) if args.sweep else ():
         for method in args.methods:
@@ -301,7 +305,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     text = markdown(rows, f"# The fused kernels' tile tables for sm_90\n\n{about}.")
-    title = "## Every other launch a run makes, at the tables, under a padding mask (``VARIANTS``)"
+    title = "## Every other launch the kernels can be given, at the tables (``VARIANTS``)"
     text += "\n" + markdown(variants, title, (*COLUMNS[:4], "variant", *COLUMNS[4:]))
     if args.sweep:
         title = "## The GPU sweep's candidate tiles (benchmarks/rectified_triton.py)"

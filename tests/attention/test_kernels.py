@@ -32,11 +32,15 @@ def test_paths_run_names_every_path_a_method_took_since_configure():
     assert kernels.paths_run() == {}
 
 
-def test_a_call_the_fused_path_does_not_fit_runs_the_reference_and_is_recorded_so():
+def test_a_call_the_method_declines_runs_the_reference_recorded_with_the_reason():
     kernels.configure("fused")
-    assert kernels.choose("rectify", CUDA, fused_fits=False) == kernels.REFERENCE
+    assert kernels.choose("rectify", CUDA, "decoding") == kernels.REFERENCE
     assert kernels.choose("rectify", CUDA) == kernels.FUSED
-    assert kernels.paths_run() == {"rectify": "fused+reference"}
+    assert kernels.choose("rectify", CPU, "decoding") == kernels.REFERENCE  # the device decides
+    assert kernels.paths_run() == {"rectify": "fused+reference+reference (decoding)"}
+    kernels.configure("reference")
+    kernels.choose("rectify", CUDA, "decoding")
+    assert kernels.paths_run() == {"rectify": "reference"}
 
 
 def test_using_restores_the_setting_and_what_ran_before():

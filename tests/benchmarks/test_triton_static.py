@@ -55,7 +55,7 @@ step = triton_static.rectify_launches(256, True, tiles, queries=1)[0]
 print(json.dumps({"rows": rows, "arch": compiled.metadata.target.arch,
                   "upcast": forward.kwargs["UPCAST"], "signature": compiled.src.signature,
                   "variants": variants,
-                  "step": triton_static.compile_for_sm90(step).src.signature}))
+                  "step": triton_static.specialised(step)[0].signature}))
 """
 
 
@@ -93,10 +93,10 @@ def test_every_kernel_compiles_for_sm90_at_unequal_tiles_as_the_jit_specialises_
 
 
 def test_every_g_and_a_decoding_step_compile_for_sm90_each_a_kernel_of_its_own(compiled):
-    """The branches a run reaches beyond the tables' g: each other g's dQ/dU kernel (g and g′;
-    ξ = 0 runs SDPA on q + u, never the kernel),
-    and the forward of one query over the cache, which the JIT compiles anew (n_q = 1 becomes a
-    constant), as generation launches it on a card."""
+    """Beyond the tables' g: each other g's dQ/dU kernel (g and g′; ξ = 0 runs SDPA on q + u,
+    never the kernel), and the forward of one query over a padded cache, which the JIT compiles
+    anew (n_q = 1 becomes a constant), as generation would launch it with rectification's
+    FUSED_DECODING or OpAmp's opt-in triton path."""
     variants = compiled["variants"]
     assert [(r["method"], r["kernel"], r["variant"]) for r in variants] == [
         *[("rectify", "_backward_q", f"g={g}") for g in ("tanh", "tanh_plus_x", "sigmoid")],

@@ -10,8 +10,9 @@ device, so each method's kernel file asks ``choose`` at its one dispatch point a
 
 ``fused`` takes effect on CUDA only: on any other device the reference path runs (the fused
 kernels run on the CPU only through Triton's interpreter, for the tests, which call them
-directly). Every choice is remembered per method (``paths_run``) so the job can log and record
-in MLflow which path actually ran.
+directly). A method may also decline its fused path for a call it does not suit, naming why
+(rectification's one-query decoding steps). Every choice is remembered per method
+(``paths_run``) so the job can log and record in MLflow which path actually ran.
 """
 
 from __future__ import annotations
@@ -78,16 +79,17 @@ def using(setting: str | dict) -> Iterator[None]:
         _ran.update(ran)
 
 
-def choose(method: str, device: torch.device, fused_fits: bool = True) -> str:
+def choose(method: str, device: torch.device, declined: str | None = None) -> str:
     """The path ``method``'s attention takes for tensors on ``device``: fused only on CUDA, and
-    only where the method says its fused path fits the call (``fused_fits``; rectification's
-    decoding steps do not), recorded either way."""
-    fused = _per_method.get(method, REFERENCE) == FUSED and fused_fits
-    path = FUSED if fused and device.type == "cuda" else REFERENCE
-    _ran.setdefault(method, set()).add(path)
+    not where the method declines it for this call (``declined``, the reason: rectification's
+    decoding steps), which is recorded as ``reference (<reason>)``."""
+    fused = _per_method.get(method, REFERENCE) == FUSED and device.type == "cuda"
+    path = FUSED if fused and declined is None else REFERENCE
+    _ran.setdefault(method, set()).add(f"{REFERENCE} ({declined})" if fused and declined else path)
     return path
 
 
 def paths_run() -> dict[str, str]:
-    """Per method, the path(s) its attention ran since ``configure`` ("fused+reference" if both)."""
+    """Per method, the path(s) its attention ran since ``configure`` ("fused+reference" if both;
+    "fused+reference (decoding)" where the method declined some calls)."""
     return {m: "+".join(sorted(p)) for m, p in sorted(_ran.items())}

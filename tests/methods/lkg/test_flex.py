@@ -241,7 +241,7 @@ def test_the_layer_runs_flex_where_kernels_choose_fused_and_matches_the_referenc
 def test_a_model_on_the_fused_path_trains_as_on_the_reference(monkeypatch, base_tok, tok, sampler):
     """A tiny LKG model, every head fused, on a padded batch: the loss and every gradient
     (boundary embeddings and estimator through log α included) are the reference path's.
-    (Decoding through flex is checked above on the kernel.)"""
+    (Decoding through flex: the kernel above, the model below.)"""
     batch = batch_of(tok, [single_doc(sampler, 0.75), multihop(sampler, 0.6)])
     results = []
     for path in (kernels.REFERENCE, kernels.FUSED):

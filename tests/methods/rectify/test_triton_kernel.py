@@ -6,6 +6,7 @@ fine-tune and evaluation call it (transformers' masks and strides, the decoding 
 
 import pytest
 import torch
+from transformers import AutoConfig
 
 from tests.attention.test_tile_ranges import scattered_mask
 from tests.methods.rectify.test_kernel import _inputs, left_padding_mask
@@ -19,6 +20,7 @@ from tests.methods.rectify.test_model import (
 )
 from tests.triton_interpreter import interpreter_or_skip
 from zoomattn.attention import kernels
+from zoomattn.attention.interface import attention_modules
 from zoomattn.attention.math import sdpa
 from zoomattn.methods.rectify import kernel as rectify_kernel
 from zoomattn.methods.rectify.kernel import (
@@ -114,9 +116,11 @@ def test_fused_bf16_is_as_accurate_as_bf16_sdpa_in_values_and_gradients(name):
     assert grad_error <= 1.5 * sdpa_grad_error, (grad_error, sdpa_grad_error)
 
 
-def _on_cuda_under_fused(monkeypatch) -> list[tuple[int, bool]]:
-    """Dispatch as on CUDA under ``attention_kernels: fused`` (kernels.choose's own rule, the
-    tensors' device taken for CUDA), every call of the kernel recorded as (queries, masked)."""
+@pytest.fixture
+def on_cuda_under_fused(monkeypatch):
+    """Dispatch as on CUDA under ``attention_kernels: {rectify: fused}`` (kernels.choose's own
+    rule, the tensors' device taken for CUDA) for the test, the setting and the record of what
+    ran restored after it; yields every call of the kernel as (queries, masked)."""
     from zoomattn.methods.rectify import triton_kernel
 
     calls, kernel, choose = [], triton_kernel.fused_rectified_attention, kernels.choose
@@ -125,25 +129,18 @@ def _on_cuda_under_fused(monkeypatch) -> list[tuple[int, bool]]:
         calls.append((q.shape[2], mask is not None))
         return kernel(q, u, k, v, g, mask, *args)
 
-    monkeypatch.setattr(triton_kernel, "fused_rectified_attention", recorded)
     cuda = torch.device("cuda")
-    monkeypatch.setattr(kernels, "choose", lambda m, device, **kw: choose(m, cuda, **kw))
-    kernels.configure({"rectify": "fused"})
-    return calls
-
-
-@pytest.fixture
-def restore_kernels_setting():
-    yield
-    kernels.configure(kernels.REFERENCE)
+    monkeypatch.setattr(triton_kernel, "fused_rectified_attention", recorded)
+    monkeypatch.setattr(kernels, "choose", lambda m, device, *a: choose(m, cuda, *a))
+    with kernels.using({"rectify": "fused"}):
+        yield calls
 
 
 def test_rectified_attention_runs_the_fused_kernel_where_dispatch_says_fused_but_decoding(
-    monkeypatch, restore_kernels_setting
+    on_cuda_under_fused,
 ):
     """Prefill through the kernel; a decoding step (one query) through the block-wise path,
     recorded as such (its speed on the kernel is unmeasured)."""
-    calls = _on_cuda_under_fused(monkeypatch)
     g = Rectifier("sigmoid", 3.0)
     for scenario in ("padded", "decoding_step"):
         (q, u, k, v), mask = _scenario(scenario, torch.float32)
@@ -151,8 +148,8 @@ def test_rectified_attention_runs_the_fused_kernel_where_dispatch_says_fused_but
             out = rectified_attention(q, u, k, v, g, mask)
             reference = rectified_attention_materialised(q, u, k, v, g, mask)
         torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
-    assert calls == [(N, True)]
-    assert kernels.paths_run() == {"rectify": "fused+reference"}
+    assert on_cuda_under_fused == [(N, True)]
+    assert kernels.paths_run() == {"rectify": "fused+reference (decoding)"}
 
 
 def test_fused_setting_keeps_the_blockwise_path_on_the_cpu():
@@ -206,7 +203,7 @@ def test_fused_row_whose_first_tile_allows_nothing_keeps_its_true_maximum():
 
 
 def test_a_trained_model_gives_the_reference_logits_and_gradients_through_the_fused_kernel(
-    base_dir, monkeypatch, restore_kernels_setting
+    base_dir, on_cuda_under_fused
 ):
     """The kernel inside the model as a fine-tune runs it: a left-padded batch, the mask and the
     post-RoPE q, u, k, v strides as transformers hands them over, GQA; every trainable
@@ -224,10 +221,11 @@ def test_a_trained_model_gives_the_reference_logits_and_gradients_through_the_fu
         grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
         return logits.detach(), grads
 
-    logits, grads = logits_and_grads()
-    calls = _on_cuda_under_fused(monkeypatch)
+    with kernels.using(kernels.REFERENCE):
+        logits, grads = logits_and_grads()
     fused_logits, fused_grads = logits_and_grads()
-    assert calls and all(call == (IDS.shape[1], True) for call in calls)  # one per layer
+    layers = AutoConfig.from_pretrained(base_dir).num_hidden_layers
+    assert on_cuda_under_fused == [(IDS.shape[1], True)] * layers
     torch.testing.assert_close(fused_logits[0], logits[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fused_logits[1, 3:], logits[1, 3:], atol=1e-5, rtol=1e-5)
     assert fused_grads.keys() == grads.keys() and any(".zoom.down." in n for n in grads)
@@ -237,7 +235,7 @@ def test_a_trained_model_gives_the_reference_logits_and_gradients_through_the_fu
 
 @pytest.mark.parametrize("fused_decoding", [False, True])
 def test_generation_prefills_a_padded_batch_through_the_fused_kernel_and_decodes_as_set(
-    base_dir, monkeypatch, restore_kernels_setting, fused_decoding
+    base_dir, monkeypatch, on_cuda_under_fused, fused_decoding
 ):
     """Greedy decoding as evaluation runs it on CUDA: the prefill through the kernel with the
     padding mask, each one-query step over the cache through the block-wise path (the default,
@@ -253,13 +251,14 @@ def test_generation_prefills_a_padded_batch_through_the_fused_kernel_and_decodes
                                  pad_token_id=0)  # fmt: skip
         return out.sequences, torch.stack(out.logits)
 
-    tokens, logits = generate()
-    calls = _on_cuda_under_fused(monkeypatch)
+    with kernels.using(kernels.REFERENCE):
+        tokens, logits = generate()
     monkeypatch.setattr(rectify_kernel, "FUSED_DECODING", fused_decoding)
     fused_tokens, fused_logits = generate()
-    layers = len(model.base_model.model.model.layers)
+    layers = len(attention_modules(model))
     steps = [(1, True)] * layers if fused_decoding else []
-    assert calls == [(IDS.shape[1], True)] * layers + steps
-    assert kernels.paths_run() == {"rectify": "fused" if fused_decoding else "fused+reference"}
+    assert on_cuda_under_fused == [(IDS.shape[1], True)] * layers + steps
+    ran = "fused" if fused_decoding else "fused+reference (decoding)"
+    assert kernels.paths_run() == {"rectify": ran}
     assert torch.equal(fused_tokens, tokens)
     torch.testing.assert_close(fused_logits, logits, atol=1e-5, rtol=1e-5)

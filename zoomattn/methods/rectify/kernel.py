@@ -136,7 +136,7 @@ def _allowed_rows(mask, causal: bool, start: int, end: int, n_q: int, n_k: int, 
 
 # A decoding step (one query) keeps the block-wise path on CUDA too: its scores are one row per
 # head, O(S) on either path, and the Triton kernel would run it on its prefill tiles (one of 64
-# rows used, one program per batch row and head walking every key tile). Its speed there is
+# rows used, one program per batch row and head walking its key tiles). Its speed there is
 # unmeasured (benchmarks/rectified_triton.py --decode): until a GPU shows it wins, not chosen.
 FUSED_DECODING = False
 
@@ -146,8 +146,8 @@ def rectified_attention(q, u, k, v, g: Rectifier, mask=None, scaling=None, block
     scale = q.shape[-1] ** -0.5 if scaling is None else scaling
     if g.is_identity:
         return sdpa(q + u, k, v, mask, scale)
-    fits = FUSED_DECODING or q.shape[2] > 1
-    if kernels.choose("rectify", q.device, fused_fits=fits) == kernels.FUSED:
+    declined = "decoding" if q.shape[2] == 1 and not FUSED_DECODING else None
+    if kernels.choose("rectify", q.device, declined) == kernels.FUSED:
         from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention
 
         return fused_rectified_attention(q, u, k, v, g, mask, scale)
