@@ -207,9 +207,10 @@ def static_rows(
         if launch.kernel.fn.__name__ not in kernels:
             continue
         kw = launch.kwargs
+        mask = "left padding" if kw["HAS_MASK"] else "causal" if kw["CAUSAL"] else "none"
         row = {"method": method, "kernel": launch.kernel.fn.__name__, "tokens": n,
                "tile": [kw["BLOCK_M"], kw["BLOCK_N"], kw["num_warps"], kw["num_stages"]],
-               "mask": "left padding" if masked else "causal"}  # fmt: skip
+               "mask": mask}  # fmt: skip
         if variant:
             row["variant"] = ", ".join(f"{k}={str(v).removeprefix('torch.')}"
                                        for k, v in variant.items())  # fmt: skip
