@@ -55,7 +55,7 @@ step rectify_tiles 200 $py benchmarks/rectified_triton.py --sweep --lengths 4096
   --budget-s 150 --out "$out/rectified_tiles.json"
 step rectify_padded 60 $py benchmarks/rectified_triton.py --lengths 8192 --padded 0.25 --repeats 3
 # a decoding step (8 queries over a left-padded cache), as evaluation's generation runs it: the
-# fused kernel (on its prefill tiles) against the block-wise path, which the dispatch takes for
+# fused kernel (on its decode tile) against the block-wise path, which the dispatch takes for
 # decoding until this shows the kernel wins (methods/rectify/kernel.py FUSED_DECODING), and SDPA
 step rectify_decode 60 $py benchmarks/rectified_triton.py --decode 8 --lengths 4096 8192 \
   --padded 0.25 --repeats 5

@@ -135,9 +135,9 @@ def decode(n: int, args) -> dict:
     """One decoding step as generation runs it: a batch of ``args.decode`` single queries over n
     cached keys (under the last row of the ``--padded`` mask, the same for every batch row),
     forward only, without gradients; each variant's median time over ``--repeats`` rounds of
-    20 steps, variant after variant. The fused kernel runs its prefill tile table here (one row
-    of each 64-row query tile used); the dispatch sends decoding to the block-wise path until
-    this shows the kernel wins (``kernel.FUSED_DECODING``)."""
+    20 steps, variant after variant. The fused kernel runs its forward on the table's ``decode``
+    tile here; the dispatch sends decoding to the block-wise path until this shows the kernel
+    wins (``kernel.FUSED_DECODING``)."""
     from zoomattn.attention.math import sdpa
     from zoomattn.methods.rectify.kernel import Rectifier, rectified_attention
     from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention

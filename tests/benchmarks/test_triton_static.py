@@ -29,7 +29,8 @@ def test_the_recorder_sees_the_three_launches_of_a_forward_and_backward(
     assert [launch.kernel.fn.__name__ for launch in launches] == list(triton_static.KERNELS)
     assert all(launch.kwargs["HAS_MASK"] is masked for launch in launches)
     tiles = triton_static.TABLES[method]()
-    assert [launch.kwargs["BLOCK_M"] for launch in launches] == [t[0] for t in tiles.values()]
+    prefill = [tiles[name][0] for name in ("forward", "kv", "q")]
+    assert [launch.kwargs["BLOCK_M"] for launch in launches] == prefill
 
 
 def test_the_recorder_puts_the_kernels_and_the_input_check_back_even_after_an_error(
@@ -43,7 +44,8 @@ def test_the_recorder_puts_the_kernels_and_the_input_check_back_even_after_an_er
 
 COMPILE = """
 import json, triton_static
-tiles = {"forward": (64, 32, 4, 2), "kv": (16, 32, 4, 2), "q": (32, 16, 4, 2)}
+tiles = {"forward": (64, 32, 4, 2), "kv": (16, 32, 4, 2), "q": (32, 16, 4, 2),
+         "decode": (16, 64, 4, 2)}
 rows = [r for m in ("rectify", "opamp") for r in triton_static.static_rows(m, 256, True, tiles)]
 forward = triton_static.rectify_launches(256, False, tiles)[0]
 compiled = triton_static.compile_for_sm90(forward)
@@ -106,3 +108,5 @@ def test_every_g_and_a_decoding_step_compile_for_sm90_each_a_kernel_of_its_own(c
     for row in variants:
         _assert_compiled(row)
     assert compiled["step"]["n_q"] == "constexpr"
+    # rectification's decoding forward on the table's decode tile; OpAmp has none
+    assert [r["tile"] for r in variants[-2:]] == [[16, 64, 4, 2], [64, 32, 4, 2]]

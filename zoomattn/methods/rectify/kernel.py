@@ -135,9 +135,9 @@ def _allowed_rows(mask, causal: bool, start: int, end: int, n_q: int, n_k: int, 
 
 
 # A decoding step (one query) keeps the block-wise path on CUDA too: its scores are one row per
-# head, O(S) on either path, and the Triton kernel would run it on its prefill tiles (one of 64
-# rows used, one program per batch row and head walking its key tiles). Its speed there is
-# unmeasured (benchmarks/rectified_triton.py --decode): until a GPU shows it wins, not chosen.
+# head, O(S) on either path, and the Triton kernel would run it with one program per batch row
+# and head walking its key tiles (on a 16-row tile, one row used). Its speed there is unmeasured
+# (benchmarks/rectified_triton.py --decode): until a GPU shows it wins, not chosen.
 FUSED_DECODING = False
 
 

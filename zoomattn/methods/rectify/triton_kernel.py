@@ -59,6 +59,7 @@ from zoomattn.attention.triton_tiles import (
 from zoomattn.methods.rectify.triton_tiles import G_KINDS, tile_scores
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+DECODE_QUERIES = 16  # calls of at most this many queries run the forward on the ``decode`` tile
 
 
 @triton.jit
@@ -199,16 +200,19 @@ def _backward_q(
 
 
 def _tiles(head_dim: int, device: torch.device) -> dict[str, tuple[int, int, int, int]]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel. On CUDA a fixed table, the one
-    an H200 measured (docs/kernels.md). It was chosen without a GPU from sm_90 compiles that
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel, and ``decode``: the forward's
+    for a call of at most 16 queries (a decoding step), whose 64-row tile would be mostly empty
+    (16×64 at 4 warps: 190 registers under a mask, no spills; unmeasured). On CUDA a fixed table,
+    the one an H200 measured (docs/kernels.md). It was chosen without a GPU from sm_90 compiles that
     lacked the JIT's specialisation of unit strides and 16-divisible sizes, and so spilled where
     the JIT's kernels do not: as the JIT compiles them (``benchmarks/triton_static.py``) these
     tiles take 128–254 registers and spill at most 8 bytes, and larger ones compile without
     spills. The GPU sweep (``benchmarks/rectified_triton.py --sweep``) is what retunes it.
     Elsewhere (Triton's interpreter) 16×16, so short test sequences span several tiles."""
     if device.type != "cuda":
-        return {"forward": (16, 16, 1, 1), "kv": (16, 16, 1, 1), "q": (16, 16, 1, 1)}
-    return {"forward": (64, 32, 8, 2), "kv": (32, 32, 8, 2), "q": (32, 32, 8, 2)}
+        return dict.fromkeys(("forward", "kv", "q", "decode"), (16, 16, 1, 1))
+    return {"forward": (64, 32, 8, 2), "kv": (32, 32, 8, 2), "q": (32, 32, 8, 2),
+            "decode": (16, 64, 4, 2)}  # fmt: skip
 
 
 def _dense_pair(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -332,11 +336,14 @@ def fused_rectified_attention(
         causal = causal_flag(mask, n_q, n_k)
     elif causal and (mask is not None or n_q > n_k):
         raise ValueError("causal=True takes no mask and at most as many queries as keys")
+    tiles = tiles or _tiles(q.shape[-1], q.device)
+    if n_q <= DECODE_QUERIES and "decode" in tiles:
+        tiles = {**tiles, "forward": tiles["decode"]}
     spec = {
         "g_kind": G_KINDS["identity" if g.is_identity else g.name],
         "xi": float(g.xi),
         "scale": q.shape[-1] ** -0.5 if scaling is None else float(scaling),
         "causal": bool(causal),
-        "tiles": tiles or _tiles(q.shape[-1], q.device),
+        "tiles": tiles,
     }
     return _FusedRectified.apply(q, u, k, v, check_mask(mask, q.shape[0], n_q, n_k), spec)
