@@ -7,6 +7,7 @@
 #
 #   bash benchmarks/gpu_checks.sh [OUT]     # default OUT: results/gpu_checks
 #   STEPS="lane_rectify_triton rectify_tiles" bash benchmarks/gpu_checks.sh OUT   # only those
+#   SWEEP_S=100 ...   # seconds for the tile sweep's candidates (default 150)
 #
 # OUT gets summary.txt (device, versions, one line per step: exit status and seconds), checks.log
 # (every step's output), gpu_paper.{json,md} and distributed_overhead.{json,md}.
@@ -48,12 +49,10 @@ step lane_rectify_triton 100 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.
 step lane_lkg_flex 130 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py
 step attention 170 $py benchmarks/gpu_paper.py --attention-only --repeats 3 \
   --lengths 2048 4096 8192 32768 --out "$out"
-# the rectification kernel's tiles: a sweep per kernel at 4096 tokens under a left-padding mask, the
-# training batches' case, where the kernels hold more registers (benchmarks/rectified_triton.py
-# --sweep; docs/kernels.md), then the table under that mask at 8192 against causal SDPA
-step rectify_tiles 200 $py benchmarks/rectified_triton.py --sweep --lengths 4096 --padded 0.25 \
-  --budget-s 150 --out "$out/rectified_tiles.json"
+# the rectification kernel under a left-padding mask at 8192 against causal SDPA (the training
+# batches' case), then where its step's time goes: each CUDA kernel's time, beside SDPA's
 step rectify_padded 60 $py benchmarks/rectified_triton.py --lengths 8192 --padded 0.25 --repeats 3
+step rectify_profile 60 $py benchmarks/rectified_triton.py --profile --lengths 8192 --padded 0.25
 # a decoding step (8 queries over a left-padded cache), as evaluation's generation runs it: the
 # fused kernel (on its decode tile) against the block-wise path, which the dispatch takes for
 # decoding until this shows the kernel wins (methods/rectify/kernel.py FUSED_DECODING), and SDPA
@@ -62,6 +61,11 @@ step rectify_decode 60 $py benchmarks/rectified_triton.py --decode 8 --lengths 4
 # LKG-RALM with 2 of 32 heads fused taken apart (benchmarks/relevance_fusion.py: the flex kernel
 # alone, and the split of the heads done by splicing into SDPA on every head)
 step lkg_heads 90 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192 --repeats 5
+# the rectification kernel's tiles: a sweep per kernel at 4096 tokens under that mask, where the
+# kernels hold more registers (benchmarks/rectified_triton.py --sweep; docs/kernels.md); each
+# candidate's line reaches the log as it is timed, so a sweep cut short still tells
+step rectify_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/rectified_triton.py --sweep --lengths 4096 \
+  --padded 0.25 --budget-s "${SWEEP_S:-150}" --out "$out/rectified_tiles.json"
 step overhead 80 $py benchmarks/distributed_overhead.py --layers 2 --steps 6 --out "$out"
 step lane_distributed 120 "${lane[@]}" -s tests/gpu/test_distributed_on_cuda.py
 step lane_methods 120 "${lane[@]}" tests/gpu/test_methods_on_cuda.py tests/gpu/test_probes_on_cuda.py

@@ -3,7 +3,7 @@ torch path, forward + backward, on CUDA.
 
 As the model calls attention: post-RoPE q, the low-rank query update u, k, v laid out as the
 projections leave them (``[B, L, H, D]`` viewed as ``[B, H, L, D]``), bf16, B = 1, 32 query heads
-over 8 KV heads, head dim 128, causal prefill (no mask), g = Rectifier("max", 3.0), loss
+over 8 KV heads, head dim 128, causal prefill (no mask), g = Rectifier(--g, 3.0) (max), loss
 ``out.square().mean()``. Variants: ``sdpa`` (plain causal SDPA on q, k, v: the baseline),
 ``blockwise`` (``rectified_attention``, the reference path) and ``fused``
 (``triton_kernel.fused_rectified_attention``; ``--tiles`` overrides its tile table). Time: CUDA
@@ -45,6 +45,7 @@ import torch
 
 VARIANTS = ("sdpa", "blockwise", "fused")
 DEVICE = "cuda"  # "cpu" with --smoke
+G = "max"  # the rectifier, ξ = 3 (--g)
 
 
 def _inputs(n: int, heads: int, kv_heads: int, head_dim: int):
@@ -72,7 +73,7 @@ def _steps(q, u, k, v, tiles, mask=None):
     from zoomattn.methods.rectify.kernel import Rectifier, rectified_attention
     from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention
 
-    g = Rectifier("max", 3.0)
+    g = Rectifier(G, 3.0)
     forward = {
         "sdpa": lambda: sdpa(q, k, v),
         "blockwise": lambda: rectified_attention(q, u, k, v, g, mask),
@@ -142,7 +143,7 @@ def decode(n: int, args) -> dict:
     from zoomattn.methods.rectify.kernel import Rectifier, rectified_attention
     from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention
 
-    b, g = args.decode, Rectifier("max", 3.0)
+    b, g = args.decode, Rectifier(G, 3.0)
     q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
     q, u = (x[:, :, -1:].detach().expand(b, -1, -1, -1).contiguous() for x in (q, u))
     k, v = (x.detach().expand(b, -1, -1, -1).contiguous() for x in (k, v))
@@ -163,6 +164,33 @@ def decode(n: int, args) -> dict:
             "blockwise_decode_vs_sdpa": ms["blockwise"] / ms["sdpa"],
             "fused_decode_vs_sdpa": ms["fused"] / ms["sdpa"],
             "fused_decode_vs_blockwise": ms["fused"] / ms["blockwise"]}  # fmt: skip
+
+
+def profile(n: int, args) -> dict:
+    """Where the fused step's time goes: each CUDA kernel's total over one forward + backward
+    (torch.profiler), beside SDPA's; and forward alone against SDPA's forward alone."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
+    step, forward = _steps(q, u, k, v, args.tiles, left_padding_mask(n, args.padded))
+    row = {"n": n, "padded": args.padded}
+    for variant in ("sdpa", "fused"):
+        step(variant)  # warm-up
+        with torch.no_grad():
+            row[f"{variant}_forward_ms"] = _median_ms(forward[variant], args.repeats)
+        activity = ProfilerActivity.CUDA if DEVICE == "cuda" else ProfilerActivity.CPU
+        with torch_profile(activities=[activity]) as prof:
+            step(variant)
+            if DEVICE == "cuda":
+                torch.cuda.synchronize()
+        total = (
+            (lambda e: e.device_time_total) if DEVICE == "cuda" else (lambda e: e.cpu_time_total)
+        )
+        kernels = sorted((e for e in prof.key_averages() if total(e) > 0), key=lambda e: -total(e))
+        row[f"{variant}_kernels_ms"] = {e.key[:90]: round(total(e) / 1e3, 3) for e in kernels[:12]}
+    row["forward_fused_vs_sdpa"] = row["fused_forward_ms"] / row["sdpa_forward_ms"]
+    return row
 
 
 # (BLOCK_M, BLOCK_N, warps, stages) tried per kernel; BLOCK_M is the query tile (the dK/dV
@@ -199,7 +227,7 @@ def sweep(args) -> dict:
 
     n = args.lengths[0]
     q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
-    mask, g = left_padding_mask(n, args.padded), Rectifier("max", 3.0)
+    mask, g = left_padding_mask(n, args.padded), Rectifier(G, 3.0)
     table = _tiles(args.head_dim, torch.device(DEVICE))
 
     def run(tiles, backward: bool):
@@ -269,14 +297,18 @@ def main() -> None:
     p.add_argument("--sweep", action="store_true", help="tune the tile table (see above)")
     p.add_argument("--decode", type=int, default=0, metavar="BATCH",
                    help="time a decoding step of BATCH queries instead (see decode)")  # fmt: skip
+    p.add_argument("--profile", action="store_true",
+                   help="time per CUDA kernel, fused and SDPA (see profile)")  # fmt: skip
     p.add_argument("--budget-s", type=float, default=240, help="time for the sweep's candidates")
     p.add_argument("--out", default=None, help="write the sweep's JSON here")  # fmt: skip
     p.add_argument("--smoke", action="store_true",
                    help="check the sweep's mechanics on the CPU: tiny shape, Triton's interpreter, "
                         "two candidates per kernel (times mean nothing)")  # fmt: skip
+    p.add_argument("--g", default="max", help="the rectifier g (max, tanh, tanh_plus_x, sigmoid)")
     args = p.parse_args()
+    global DEVICE, G
+    G = args.g
     if args.smoke:
-        global DEVICE
         DEVICE = "cpu"
         os.environ["TRITON_INTERPRET"] = "1"  # read when triton is first imported (below)
         from tests.triton_interpreter import squeeze_interpreter_indices
@@ -300,13 +332,14 @@ def main() -> None:
         args.tiles = {**default, **{name: tuple(t) for name, t in args.tiles.items()}}
     rows = []
     for n in args.lengths:
-        rows.append(decode(n, args) if args.decode else measure(n, args))
+        run = decode if args.decode else profile if args.profile else measure
+        rows.append(run(n, args))
         print(json.dumps(rows[-1]), flush=True)
     what = f"decoding steps of {args.decode} queries" if args.decode else "causal, fwd+bwd"
     summary = {
         "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (Triton interpreter)",
         "shape": f"B={args.decode or 1}, heads={args.heads}, kv_heads={args.kv_heads}, "
-        f"head_dim={args.head_dim}, bf16, {what}",
+        f"head_dim={args.head_dim}, bf16, {what}, g={G}",
         "tiles": args.tiles or "default",
         **{f"{r['n']}": {key: float(f"{r[key]:.4g}") for key in r if "vs" in key} for r in rows},
     }

@@ -11,6 +11,7 @@ from tests.gpu.lane import DEVICE
 from tests.methods.rectify.test_kernel import left_padding_mask
 from zoomattn.attention import kernels
 from zoomattn.attention.math import sdpa
+from zoomattn.methods.rectify import kernel as rectify_kernel
 from zoomattn.methods.rectify.kernel import (
     G_VARIANTS,
     Rectifier,
@@ -98,7 +99,13 @@ def test_fused_rectified_matches_its_materialised_formula_on_cuda(name, scenario
     assert grad_error <= 1.5 * sdpa_grad, (grad_error, sdpa_grad)
 
 
-def test_rectified_attention_runs_the_fused_kernel_on_cuda_when_configured_but_decoding():
+@pytest.mark.parametrize("fused_decoding", [True, False])
+def test_rectified_attention_runs_the_fused_kernel_on_cuda_when_configured(
+    fused_decoding, monkeypatch
+):
+    """Prefill takes the kernel under ``fused``; a decoding step takes it too, or with
+    FUSED_DECODING off the block-wise path, recorded as declined."""
+    monkeypatch.setattr(rectify_kernel, "FUSED_DECODING", fused_decoding)
     (q, u, k, v), mask = _inputs("padded", torch.bfloat16)
     g = Rectifier("max", 3.0)
     with torch.no_grad(), kernels.using("fused"):
@@ -108,7 +115,10 @@ def test_rectified_attention_runs_the_fused_kernel_on_cuda_when_configured_but_d
         blockwise = rectified_attention(q, u, k, v, g, mask)
     ok = mask.any(-1, keepdim=True)
     assert _rel(out.where(ok, 0.0), blockwise.where(ok, 0.0)) <= 1e-2
-    (q, u, k, v), _ = _inputs("decoding_step", torch.bfloat16)  # FUSED_DECODING off: block-wise
+    (q, u, k, v), _ = _inputs("decoding_step", torch.bfloat16)
     with torch.no_grad(), kernels.using("fused"):
-        rectified_attention(q, u, k, v, g)
-        assert kernels.paths_run() == {"rectify": "reference"}
+        step = rectified_attention(q, u, k, v, g)
+        expected = "fused" if fused_decoding else "reference (decoding)"
+        assert kernels.paths_run() == {"rectify": expected}
+    with torch.no_grad():
+        assert _rel(step, rectified_attention(q, u, k, v, g)) <= 1e-2

@@ -136,11 +136,13 @@ def on_cuda_under_fused(monkeypatch):
         yield calls
 
 
-def test_rectified_attention_runs_the_fused_kernel_where_dispatch_says_fused_but_decoding(
-    on_cuda_under_fused,
+@pytest.mark.parametrize("fused_decoding", [True, False])
+def test_rectified_attention_runs_the_fused_kernel_where_dispatch_says_fused(
+    fused_decoding, on_cuda_under_fused, monkeypatch
 ):
-    """Prefill through the kernel; a decoding step (one query) through the block-wise path,
-    recorded as such (its speed on the kernel is unmeasured)."""
+    """Prefill through the kernel; a decoding step (one query) through it too, or with
+    FUSED_DECODING off through the block-wise path, recorded as declined."""
+    monkeypatch.setattr(rectify_kernel, "FUSED_DECODING", fused_decoding)
     g = Rectifier("sigmoid", 3.0)
     for scenario in ("padded", "decoding_step"):
         (q, u, k, v), mask = _scenario(scenario, torch.float32)
@@ -148,8 +150,12 @@ def test_rectified_attention_runs_the_fused_kernel_where_dispatch_says_fused_but
             out = rectified_attention(q, u, k, v, g, mask)
             reference = rectified_attention_materialised(q, u, k, v, g, mask)
         torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
-    assert on_cuda_under_fused == [(N, True)]
-    assert kernels.paths_run() == {"rectify": "fused+reference (decoding)"}
+    if fused_decoding:
+        assert on_cuda_under_fused == [(N, True), (1, False)]
+        assert kernels.paths_run() == {"rectify": "fused"}
+    else:
+        assert on_cuda_under_fused == [(N, True)]
+        assert kernels.paths_run() == {"rectify": "fused+reference (decoding)"}
 
 
 def test_fused_setting_keeps_the_blockwise_path_on_the_cpu():

@@ -201,17 +201,15 @@ def _backward_q(
 
 def _tiles(head_dim: int, device: torch.device) -> dict[str, tuple[int, int, int, int]]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel, and ``decode``: the forward's
-    for a call of at most 16 queries (a decoding step), whose 64-row tile would be mostly empty
-    (16×64 at 4 warps: 190 registers under a mask, no spills; unmeasured). On CUDA a fixed table,
-    the one an H200 measured (docs/kernels.md). It was chosen without a GPU from sm_90 compiles that
-    lacked the JIT's specialisation of unit strides and 16-divisible sizes, and so spilled where
-    the JIT's kernels do not: as the JIT compiles them (``benchmarks/triton_static.py``) these
-    tiles take 128–254 registers and spill at most 8 bytes, and larger ones compile without
-    spills. The GPU sweep (``benchmarks/rectified_triton.py --sweep``) is what retunes it.
+    for a call of at most 16 queries (a decoding step), whose 64-row tile would be mostly empty.
+    On CUDA the fastest of the H200 sweep (``benchmarks/rectified_triton.py --sweep``, 4096
+    tokens under a left-padding mask; docs/kernels.md): 9.2 ms forward + backward against 15.5 ms
+    for the table before it, which an offline sm_90 compile had chosen. Four warps won at every
+    kernel; the forward and dQ tiles spill 40 and 64 bytes under a mask and are still the fastest.
     Elsewhere (Triton's interpreter) 16×16, so short test sequences span several tiles."""
     if device.type != "cuda":
         return dict.fromkeys(("forward", "kv", "q", "decode"), (16, 16, 1, 1))
-    return {"forward": (64, 32, 8, 2), "kv": (32, 32, 8, 2), "q": (32, 32, 8, 2),
+    return {"forward": (64, 32, 4, 3), "kv": (16, 32, 4, 2), "q": (64, 16, 4, 2),
             "decode": (16, 64, 4, 2)}  # fmt: skip
 
 

@@ -19,7 +19,20 @@ G_KINDS = {"identity": 0, "max": 1, "tanh": 2, "tanh_plus_x": 3, "sigmoid": 4}
 
 
 @triton.jit
-def _smooth_max_min(a, b):
+def _log(x, INTERPRETED: tl.constexpr):
+    """ln x for x > 0 in fp32. Compiled: one special-function instruction (lg2.approx, absolute
+    error ~2⁻²²) times ln 2, where tl.log compiles to libdevice's logf, ~20 instructions per score.
+    Triton's interpreter runs no PTX: tl.log."""
+    if INTERPRETED:
+        return tl.log(x)
+    log2 = tl.inline_asm_elementwise(
+        "lg2.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1
+    )
+    return log2 * 0.6931471805599453
+
+
+@triton.jit
+def _smooth_max_min(a, b, INTERPRETED: tl.constexpr):
     """f = log(1 + eᵃ + eᵇ) − log(1 + e⁻ᵃ + e⁻ᵇ) with ∂f/∂a and ∂f/∂b, from two exponentials:
     with hi ≥ mid ≥ lo the sorted (0, a, b), every term is exp(v − hi) or exp(lo − v) of one of
     them, i.e. 1, e^{mid−hi}, e^{lo−mid} or their product e^{lo−hi} (all ≤ 1: no overflow)."""
@@ -32,7 +45,7 @@ def _smooth_max_min(a, b):
     s_pos = 1.0 + e_mh + e_lh  # Σ_v exp(v − hi): log(1 + eᵃ + eᵇ) = hi + log s_pos
     s_neg = 1.0 + e_lm + e_lh  # Σ_v exp(lo − v): log(1 + e⁻ᵃ + e⁻ᵇ) = −lo + log s_neg
     r_pos, r_neg = 1.0 / s_pos, 1.0 / s_neg  # both in [1/3, 1]: one log of their ratio
-    f = hi + lo + tl.log(s_pos * r_neg)
+    f = hi + lo + _log(s_pos * r_neg, INTERPRETED)
     # ∂f/∂v = exp(v − hi)/s_pos + exp(lo − v)/s_neg for v = a, b: each exponential is the one of
     # v's place in the triple (where v ties two places, both give the same value)
     a_pos = tl.where(a == hi, 1.0, tl.where(a == lo, e_lh, e_mh))
@@ -43,7 +56,7 @@ def _smooth_max_min(a, b):
 
 
 @triton.jit
-def rectifier(x, xi, G_KIND: tl.constexpr):
+def rectifier(x, xi, G_KIND: tl.constexpr, INTERPRETED: tl.constexpr):
     """(g(x), g′(x)) for kernel.Rectifier's variants (its docstring has the formulas)."""
     t = 2.0 * tl.sigmoid(2.0 * x) - 1.0  # tanh x (unused, hence dropped, by identity/sigmoid)
     if G_KIND == IDENTITY:
@@ -63,7 +76,7 @@ def rectifier(x, xi, G_KIND: tl.constexpr):
             s = tl.sigmoid(x)
             a = 2.0 * xi * (s - 0.5)
             da = 2.0 * xi * s * (1.0 - s)
-        g, df_da, df_dx = _smooth_max_min(a, x)
+        g, df_da, df_dx = _smooth_max_min(a, x, INTERPRETED)
         dg = df_da * da + df_dx
     return g, dg
 
@@ -81,7 +94,7 @@ def tile_scores(
     ``mask_rows``: pointers to the mask's rows of this tile (HAS_MASK)."""
     kt = tl.trans(k)
     x = dot(u, kt, PRECISION, UPCAST) * scale
-    g, dg = rectifier(x, xi, G_KIND)
+    g, dg = rectifier(x, xi, G_KIND, UPCAST)  # UPCAST: run by Triton's interpreter
     z = dot(q, kt, PRECISION, UPCAST) * scale + g
     allowed = allowed_keys(offs_m, offs_n, mask_rows, n_q, n_k, offset, CAUSAL, HAS_MASK)
     return tl.where(allowed, z, float("-inf")), dg, allowed
