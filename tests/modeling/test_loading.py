@@ -85,3 +85,15 @@ def test_adapter_config_is_byte_identical_whatever_the_string_hash_seed(base_dir
         texts.append((out / "adapter_config.json").read_bytes())
     assert texts[0] == texts[1]
     assert json.loads(texts[0])["target_modules"] == sorted(TARGETS)
+
+
+def test_a_4bit_model_computes_in_evaluation_what_it_computes_in_training_on_any_cpu(base_dir):
+    """bitsandbytes' repacking for CPUs with AVX512-BF16 (no-grad forwards in eval mode, block
+    scales rounded to bf16) stays off: an evaluation's numbers do not depend on the CPU."""
+    model = build_trainable(base_dir, "qlora", METHODS["qlora"].make_config({}), LORA, NF4)
+    _train_a_little(model)
+    want = model(input_ids=IDS).logits.detach()
+    model.eval()
+    with torch.no_grad():
+        got = model(input_ids=IDS).logits
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)

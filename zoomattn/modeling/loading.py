@@ -53,7 +53,21 @@ def load_base(path: str | Path, quantization: dict | None = None, placement: Pla
         device_map=placement.torch_device(),
     )
     model.zoomattn_dtype = placement.torch_dtype()
+    if qc is not None:
+        _no_cpu_repacking(model)
     return model
+
+
+def _no_cpu_repacking(model) -> None:
+    """On CPUs with AVX512-BF16, bitsandbytes repacks a 4-bit layer on its first no-grad forward
+    in eval mode, its block scales rounded to bf16, for another kernel: an evaluation's numbers
+    would depend on the CPU it ran on (and the repacking fails on layers under two blocks wide).
+    Off, so every CPU computes what training computed."""
+    import bitsandbytes as bnb
+
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            module.support_avx512bf16_for_cpu = False
 
 
 def load_tokenizer(path: str | Path):
