@@ -30,8 +30,10 @@ compiled; the first step of each compiles, outside the measure). The segments ar
 builds one per layer); the flex paths reuse their block mask across steps as the model's layers
 do, and ``flex_all_new_mask`` builds it in every step (what one layer per forward would pay).
 Two more take ``flex_2of32`` apart: ``flex_2of32_alone`` is the two fused heads' FlexAttention on
-its own (their q, K, V selected outside the step), ``flex_2of32_spliced`` the whole split done
-as ``spliced_by_heads`` does it (SDPA on every head, the fused heads' outputs put in place).
+its own (their q, K, V selected outside the step), ``flex_2of32_copied`` the split of the heads as
+``kernel.by_heads`` does it (the plain heads' q copied, K and V expanded to them, the outputs
+concatenated and reordered), which the flex path used before ``kernel.spliced_by_heads`` (SDPA
+on every head, the fused heads' outputs put in place).
 Time: median of CUDA-event-timed steps; memory: peak allocated during one step above what was
 allocated before it (the inputs).
 
@@ -187,28 +189,11 @@ CUDA_VARIANTS = (
     "bias_2of32",
     "flex_all",
     "flex_2of32",
-    "flex_2of32_spliced",
+    "flex_2of32_copied",
     "flex_2of32_alone",
     "flex_all_new_mask",
 )
 TWO_OF_32 = (1, 22)  # two KV groups of 8
-
-
-def spliced_by_heads(q, k, v, mask, scaling, heads, attend):
-    """``kernel.by_heads`` without copying the plain heads (docs/kernels.md): SDPA on every head,
-    GQA in its kernel, then the fused heads' outputs put in their places (their SDPA output is
-    dropped, and so gets a gradient of 0). Same values and gradients as ``by_heads``."""
-    import torch
-
-    from zoomattn.attention.math import sdpa
-    from zoomattn.methods.lkg.kernel import _heads, _select
-
-    fused = _heads(heads, q.shape[1])
-    out = sdpa(q, k, v, mask, scaling)
-    if not fused:
-        return out
-    index = torch.tensor(fused, device=q.device)
-    return out.index_copy(1, index, attend(*_select(q, k, v, fused)))
 
 
 def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int):
@@ -220,6 +205,7 @@ def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int):
     from zoomattn.methods.lkg.kernel import (
         Boundary,
         _select,
+        by_heads,
         call_mask,
         fusion_bias,
         relevance_attention,
@@ -263,7 +249,7 @@ def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int):
         "bias_2of32": lambda: bias(TWO_OF_32),
         "flex_all": lambda: flex_path(everything),
         "flex_2of32": lambda: flex_path(TWO_OF_32),
-        "flex_2of32_spliced": lambda: spliced_by_heads(q, k, v, None, None, TWO_OF_32, flex_heads),
+        "flex_2of32_copied": lambda: by_heads(q, k, v, None, None, TWO_OF_32, flex_heads),
         "flex_2of32_alone": lambda: flex_heads(*two),
         "flex_all_new_mask": lambda: flex_path(everything, new_mask=True),
     }

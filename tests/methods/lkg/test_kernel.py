@@ -9,6 +9,7 @@ from zoomattn.methods.lkg.kernel import (
     QUESTION,
     TAIL,
     Boundary,
+    by_heads,
     call_mask,
     estimator_mask,
     fusion_bias,
@@ -16,6 +17,7 @@ from zoomattn.methods.lkg.kernel import (
     relevance_attention,
     relevance_last_row,
     segment_ids,
+    spliced_by_heads,
 )
 
 O, Q, T = OTHER, QUESTION, TAIL  # noqa: E741 (one letter keeps the hand-written rows aligned)
@@ -250,3 +252,26 @@ def test_a_decoding_step_equals_the_last_row_of_the_prefill():
     step = fusion_bias(SEGMENTS[:, -1:], SEGMENTS, log_alpha, call_mask(None, 1, N, "cpu"))
     decoded = relevance_attention(q[:, :, -1:], k, v, None, SCALE, [1, 2], step)
     torch.testing.assert_close(decoded, prefill[:, :, -1:], atol=1e-5, rtol=1e-5)
+
+
+def _stand_in(q, k, v):  # any attention of the fused heads' own q, k, v
+    return sdpa(q * 1.7, k, v.flip(-1))
+
+
+@pytest.mark.parametrize("heads", [(1, 6), (0,), (), tuple(range(8))])
+@pytest.mark.parametrize("padded", [False, True])
+def test_spliced_heads_give_by_heads_values_and_gradients(heads, padded):
+    torch.manual_seed(0)
+    q = torch.randn(2, 8, 12, 16, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(2, 4, 12, 16, dtype=torch.float64, requires_grad=True) for _ in "kv")
+    mask = None
+    if padded:  # the second row left-padded by 3, causal
+        mask = torch.ones(12, 12, dtype=torch.bool).tril()[None, None].repeat(2, 1, 1, 1)
+        mask[1, :, :, :3] = False
+    grad = torch.randn(2, 8, 12, 16, dtype=torch.float64)
+    results = []
+    for split in (by_heads, spliced_by_heads):
+        out = split(q, k, v, mask, None, heads, _stand_in)
+        results.append((out, *torch.autograd.grad(out, (q, k, v), grad)))
+    for spliced, copied in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(spliced, copied, rtol=1e-12, atol=1e-12)

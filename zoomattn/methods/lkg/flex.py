@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from zoomattn.methods.lkg.kernel import QUESTION, by_heads
+from zoomattn.methods.lkg.kernel import QUESTION, spliced_by_heads
 
 BLOCK = 128  # FlexAttention's default tile
 ROWS_PER_CHUNK = 8 * BLOCK  # query rows whose element mask exists at once while the tiles are built
@@ -201,11 +201,12 @@ def flex_relevance_attention(
 ) -> torch.Tensor:
     """``kernel.relevance_attention`` with ``kernel.fusion_bias(query_segments, key_segments,
     log_alpha, call_mask(mask, ...))``, computed without the bias: the heads in ``heads`` through
-    FlexAttention, the others ``math.sdpa(q, k, v, mask, scaling)``. Shapes as there; segments
+    FlexAttention, the others ``math.sdpa(q, k, v, mask, scaling)`` (``kernel.spliced_by_heads``).
+    Shapes as there; segments
     ``[B, L]`` / ``[B, S]``, log α ``[B, P]``. Gradients reach q, k, v and log α."""
     segments = (query_segments, key_segments, log_alpha)
 
     def flex(q, k, v):
         return flex_fused_heads(q, k, v, mask, scaling, *segments, compiled=compiled)
 
-    return by_heads(q, k, v, mask, scaling, heads, flex)
+    return spliced_by_heads(q, k, v, mask, scaling, heads, flex)
