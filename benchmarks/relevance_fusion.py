@@ -29,8 +29,9 @@ compiled; the first step of each compiles, outside the measure). The segments ar
 (the model does so once per forward); the bias paths build their bias in every step (the model
 builds one per layer); the flex paths reuse their block mask across steps as the model's layers
 do, and ``flex_all_new_mask`` builds it in every step (what one layer per forward would pay).
-Two more take ``flex_2of32`` apart: ``flex_2of32_alone`` is the two fused heads' FlexAttention on
-its own (their q, K, V selected outside the step), ``flex_2of32_copied`` the split of the heads as
+Three more take ``flex_2of32`` apart: ``flex_2of32_alone`` is the two fused heads' FlexAttention on
+its own (their q, K, V selected outside the step; ``_fixed_alpha``: log α without a gradient, the
+score_mod's captured-tensor gradient left out), ``flex_2of32_copied`` the split of the heads as
 ``kernel.by_heads`` does it (the plain heads' q copied, K and V expanded to them, the outputs
 concatenated and reordered), which the flex path used before ``kernel.spliced_by_heads`` (SDPA
 on every head, the fused heads' outputs put in place).
@@ -191,6 +192,7 @@ CUDA_VARIANTS = (
     "flex_2of32",
     "flex_2of32_copied",
     "flex_2of32_alone",
+    "flex_2of32_alone_fixed_alpha",
     "flex_all_new_mask",
 )
 TWO_OF_32 = (1, 22)  # two KV groups of 8
@@ -235,8 +237,8 @@ def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int):
             q, k, v, None, None, fused_heads, segments, segments, log_alpha
         )
 
-    def flex_heads(q, k, v):  # the fused heads' FlexAttention, as flex_relevance_attention's
-        return flex.flex_fused_heads(q, k, v, None, None, segments, segments, log_alpha)
+    def flex_heads(q, k, v, alpha=log_alpha):  # the fused heads' FlexAttention, as the path's
+        return flex.flex_fused_heads(q, k, v, None, None, segments, segments, alpha)
 
     # the fused heads' kernel alone: their q and K/V selected once, outside the timed step
     two = []
@@ -251,6 +253,7 @@ def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int):
         "flex_2of32": lambda: flex_path(TWO_OF_32),
         "flex_2of32_copied": lambda: by_heads(q, k, v, None, None, TWO_OF_32, flex_heads),
         "flex_2of32_alone": lambda: flex_heads(*two),
+        "flex_2of32_alone_fixed_alpha": lambda: flex_heads(*two, alpha=log_alpha.detach()),
         "flex_all_new_mask": lambda: flex_path(everything, new_mask=True),
     }
 
