@@ -54,8 +54,8 @@ step attention 170 $py benchmarks/gpu_paper.py --attention-only --repeats 3 \
 step rectify_padded 60 $py benchmarks/rectified_triton.py --lengths 8192 --padded 0.25 --repeats 3
 step rectify_profile 60 $py benchmarks/rectified_triton.py --profile --lengths 8192 --padded 0.25
 # a decoding step (8 queries over a left-padded cache), as evaluation's generation runs it: the
-# fused kernel (on its decode tile) against the block-wise path, which the dispatch takes for
-# decoding until this shows the kernel wins (methods/rectify/kernel.py FUSED_DECODING), and SDPA
+# fused kernel (on its decode tile), which the dispatch takes for decoding since this showed it
+# winning (methods/rectify/kernel.py FUSED_DECODING), against the block-wise path and SDPA
 step rectify_decode 60 $py benchmarks/rectified_triton.py --decode 8 --lengths 4096 8192 \
   --padded 0.25 --repeats 5
 # LKG-RALM with 2 of 32 heads fused taken apart (benchmarks/relevance_fusion.py: the flex kernel
@@ -66,6 +66,11 @@ step lkg_heads 90 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192 
 # candidate's line reaches the log as it is timed, so a sweep cut short still tells
 step rectify_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/rectified_triton.py --sweep --lengths 4096 \
   --padded 0.25 --budget-s "${SWEEP_S:-150}" --out "$out/rectified_tiles.json"
+# OpAmp's Triton kernel alone against the stacked SDPA call at 8192 under that mask, then its
+# tile sweep (benchmarks/opamp_triton.py; its table, 32×32 at 8 warps, was never swept)
+step opamp_padded 60 $py benchmarks/opamp_triton.py --lengths 8192 --padded 0.25 --repeats 3
+step opamp_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/opamp_triton.py --sweep --lengths 4096 \
+  --padded 0.25 --budget-s "${SWEEP_S:-150}" --out "$out/opamp_tiles.json"
 step overhead 80 $py benchmarks/distributed_overhead.py --layers 2 --steps 6 --out "$out"
 step lane_distributed 120 "${lane[@]}" -s tests/gpu/test_distributed_on_cuda.py
 step lane_methods 120 "${lane[@]}" tests/gpu/test_methods_on_cuda.py tests/gpu/test_probes_on_cuda.py

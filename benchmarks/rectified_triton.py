@@ -19,12 +19,13 @@ shape without a mask.
 ``--decode B`` times a decoding step instead (``decode``): B single queries over the cache of
 each length, forward only, every variant under the same mask (SDPA included).
 
-``--sweep`` tunes the tile table instead: each kernel's tiles (forward; dK/dV; dQ/dU) over
-``SWEEP`` with the others at the table's, forward alone for the forward kernel and forward +
-backward for the two others, at ``--lengths[0]``; then the best of each together against the
-table and plain SDPA in the same run, and the best table's output error to the table's. A
-candidate that does not compile or launch (registers, shared memory) is recorded with its error.
-Stops trying candidates after ``--budget-s`` seconds; writes ``--out`` (JSON).
+``--sweep`` tunes the tile table instead (``tile_sweep.py``): each kernel's tiles (forward;
+dK/dV; dQ/dU) over ``tile_sweep.SWEEP`` with the others at the table's, forward alone for the
+forward kernel and forward + backward for the two others, at ``--lengths[0]``; then the best of
+each together against the table and plain SDPA in the same run, and the best table's output
+error to the table's. A candidate that does not compile or launch (registers, shared memory) is
+recorded with its error. Stops trying candidates after ``--budget-s`` seconds; writes ``--out``
+(JSON).
 
     PYTHONPATH=$PWD python benchmarks/rectified_triton.py                  # 2048 and 8192 tokens
     PYTHONPATH=$PWD python benchmarks/rectified_triton.py --lengths 8192 \\
@@ -36,11 +37,8 @@ Stops trying candidates after ``--budget-s`` seconds; writes ``--out`` (JSON).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
-import time
 
+import tile_sweep
 import torch
 
 VARIANTS = ("sdpa", "blockwise", "fused")
@@ -59,13 +57,8 @@ def _inputs(n: int, heads: int, kv_heads: int, head_dim: int):
 
 
 def left_padding_mask(n: int, padded: float, device: str | None = None) -> torch.Tensor | None:
-    """[1, 1, n, n] causal mask whose first ``padded`` fraction of positions is padding (None for
-    none), on ``device`` (default: the benchmark's)."""
-    if not padded:
-        return None
-    device = device or DEVICE
-    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
-    return (causal & (torch.arange(n, device=device) >= int(padded * n))[None, :])[None, None]
+    """``tile_sweep.left_padding_mask`` on the benchmark's device by default."""
+    return tile_sweep.left_padding_mask(n, padded, device or DEVICE)
 
 
 def _steps(q, u, k, v, tiles, mask=None):
@@ -88,24 +81,6 @@ def _steps(q, u, k, v, tiles, mask=None):
     return step, forward
 
 
-def _milliseconds(step, variant) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    step(variant)
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end)
-
-
-def _peak_mib(step, variant) -> float:
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    step(variant)
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - before) / 2**20
-
-
 def measure(n: int, args) -> dict:
     q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
     step, forward = _steps(q, u, k, v, args.tiles, left_padding_mask(n, args.padded))
@@ -113,21 +88,8 @@ def measure(n: int, args) -> dict:
         fused, blockwise = forward["fused"]().float(), forward["blockwise"]().float()
     error = ((fused - blockwise).norm() / blockwise.norm()).item()
     del fused, blockwise
-    for variant in VARIANTS:
-        step(variant)  # warm-up: compiles the Triton kernels, fills the caches
-    times = {variant: [] for variant in VARIANTS}
-    for _ in range(args.repeats):
-        for variant in VARIANTS:
-            times[variant].append(_milliseconds(step, variant))
     row = {"n": n, "fused_vs_blockwise_rel_error": error}
-    for variant in VARIANTS:
-        row[f"{variant}_ms"] = statistics.median(times[variant])
-        row[f"{variant}_peak_mib_above_inputs"] = _peak_mib(step, variant)
-    for variant in ("blockwise", "fused"):
-        row[f"{variant}_time_vs_sdpa"] = row[f"{variant}_ms"] / row["sdpa_ms"]
-        row[f"{variant}_memory_vs_sdpa"] = (
-            row[f"{variant}_peak_mib_above_inputs"] / row["sdpa_peak_mib_above_inputs"]
-        )
+    row.update(tile_sweep.timed_variants(step, VARIANTS, args.repeats, DEVICE))
     row["input_mib"] = sum(t.numel() * t.element_size() for t in (q, u, k, v)) / 2**20
     return row
 
@@ -137,8 +99,8 @@ def decode(n: int, args) -> dict:
     cached keys (under the last row of the ``--padded`` mask, the same for every batch row),
     forward only, without gradients; each variant's median time over ``--repeats`` rounds of
     20 steps, variant after variant. The fused kernel runs its forward on the table's ``decode``
-    tile here; the dispatch sends decoding to the block-wise path until this shows the kernel
-    wins (``kernel.FUSED_DECODING``)."""
+    tile here, as the dispatch sends decoding (``kernel.FUSED_DECODING``, on since this showed
+    the kernel winning on an H200)."""
     from zoomattn.attention.math import sdpa
     from zoomattn.methods.rectify.kernel import Rectifier, rectified_attention
     from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention
@@ -193,31 +155,8 @@ def profile(n: int, args) -> dict:
     return row
 
 
-# (BLOCK_M, BLOCK_N, warps, stages) tried per kernel; BLOCK_M is the query tile (the dK/dV
-# kernel's step over query rows), BLOCK_N the key tile (the forward and dQ kernels' step)
-SWEEP = {
-    "forward": [(m, n, w, s) for m in (64, 128) for n in (32, 64) for w in (4, 8) for s in (2, 3)],
-    "kv": [(m, n, w, s) for n in (32, 64) for m in (16, 32, 64) for w in (4, 8) for s in (1, 2)],
-    "q": [(m, n, w, s) for m in (32, 64) for n in (16, 32, 64) for w in (4, 8) for s in (1, 2)],
-}
-
-
 def _median_ms(fn, repeats: int) -> float:
-    fn()  # warm-up: compiles this tile's kernels
-    times = []
-    for _ in range(repeats):
-        if DEVICE == "cpu":  # --smoke: Triton's interpreter, wall time
-            t0 = time.perf_counter()
-            fn()
-            times.append(1e3 * (time.perf_counter() - t0))
-            continue
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return tile_sweep.median_ms(fn, repeats, DEVICE)
 
 
 def sweep(args) -> dict:
@@ -238,112 +177,36 @@ def sweep(args) -> dict:
         for t in (q, u, k, v):
             t.grad = None
 
-    deadline, tried = time.monotonic() + args.budget_s, []
-    for name, candidates in SWEEP.items():
-        for tile in candidates[: 2 if args.smoke else None]:
-            row = {"kernel": name, "tile": list(tile)}
-            if time.monotonic() > deadline:
-                tried.append({**row, "status": "not tried: out of time"})
-                continue
-            tiles, backward = {**table, name: tile}, name != "forward"
-            try:
-                ms = _median_ms(lambda t=tiles, b=backward: run(t, b), 3)
-                tried.append({**row, "status": "ok", "ms": round(ms, 3)})
-            except Exception as error:  # registers, shared memory: the tile does not fit
-                tried.append({**row, "status": f"{type(error).__name__}: {str(error)[:160]}"})
-            print(json.dumps(tried[-1]), flush=True)
-    best = dict(table)
-    for name in SWEEP:
-        timed = [r for r in tried if r["kernel"] == name and r["status"] == "ok"]
-        if timed:
-            best[name] = tuple(min(timed, key=lambda r: r["ms"])["tile"])
+    per_kernel = 2 if args.smoke else None
+    tried, best = tile_sweep.try_tiles(table, run, args.budget_s, DEVICE, per_kernel)
     step, _ = _steps(q, u, k, v, None, mask)
-    times = {
-        "sdpa_ms": _median_ms(lambda: step("sdpa"), args.repeats),
-        "table_ms": _median_ms(lambda: run(table, True), args.repeats),
-        "best_ms": _median_ms(lambda: run(best, True), args.repeats),
-    }
-    out_table, out_best = run(table, False).float(), run(best, False).float()
-    return {
-        "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (Triton interpreter)",
-        "shape": f"B=1, L={n}, heads={args.heads}, kv_heads={args.kv_heads}, "
-        f"head_dim={args.head_dim}, bf16, fwd+bwd, padded={args.padded}",
-        "table": {k: list(t) for k, t in table.items()},
-        "best": {k: list(t) for k, t in best.items()},
-        **{key: round(ms, 3) for key, ms in times.items()},
-        "table_vs_sdpa": round(times["table_ms"] / times["sdpa_ms"], 3),
-        "best_vs_sdpa": round(times["best_ms"] / times["sdpa_ms"], 3),
-        "best_vs_table_rel_error": ((out_best - out_table).norm() / out_table.norm()).item(),
-        "tried": tried,
-    }
+    shape = f"B=1, L={n}, heads={args.heads}, kv_heads={args.kv_heads}, head_dim={args.head_dim}"
+    return tile_sweep.sweep_result(
+        table, best, tried, run, {"sdpa": lambda: step("sdpa")}, args.repeats, DEVICE,
+        f"{shape}, padded={args.padded}",
+    )  # fmt: skip
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
-    p.add_argument("--heads", type=int, default=32)
-    p.add_argument("--kv-heads", type=int, default=8)
-    p.add_argument("--head-dim", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--tiles", type=json.loads, default=None,
-                   help='JSON {"forward"|"kv"|"q": [BLOCK_M, BLOCK_N, warps, stages]}, '
-                        "merged over the default table")  # fmt: skip
-    p.add_argument(
-        "--padded",
-        type=float,
-        default=0.0,
-        help="fraction of left padding, through a boolean mask (default: none)",
-    )
-    p.add_argument("--sweep", action="store_true", help="tune the tile table (see above)")
+    tile_sweep.add_arguments(p)
     p.add_argument("--decode", type=int, default=0, metavar="BATCH",
                    help="time a decoding step of BATCH queries instead (see decode)")  # fmt: skip
     p.add_argument("--profile", action="store_true",
                    help="time per CUDA kernel, fused and SDPA (see profile)")  # fmt: skip
-    p.add_argument("--budget-s", type=float, default=240, help="time for the sweep's candidates")
-    p.add_argument("--out", default=None, help="write the sweep's JSON here")  # fmt: skip
-    p.add_argument("--smoke", action="store_true",
-                   help="check the sweep's mechanics on the CPU: tiny shape, Triton's interpreter, "
-                        "two candidates per kernel (times mean nothing)")  # fmt: skip
     p.add_argument("--g", default="max", help="the rectifier g (max, tanh, tanh_plus_x, sigmoid)")
     args = p.parse_args()
     global DEVICE, G
-    G = args.g
-    if args.smoke:
-        DEVICE = "cpu"
-        os.environ["TRITON_INTERPRET"] = "1"  # read when triton is first imported (below)
-        from tests.triton_interpreter import squeeze_interpreter_indices
-
-        squeeze_interpreter_indices()
-        args.lengths, args.heads, args.kv_heads, args.head_dim = [40], 2, 1, 16
-        args.repeats = 1
-    elif not torch.cuda.is_available():
-        raise SystemExit("rectified_triton.py: needs a CUDA device (the fused kernel's)")
+    DEVICE, G = tile_sweep.device_for(args, "rectified_triton.py"), args.g
     if args.sweep:
-        result = sweep(args)
-        print(json.dumps({k: v for k, v in result.items() if k != "tried"}))
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump(result, f, indent=1)
-        return
-    if args.tiles is not None:
-        from zoomattn.methods.rectify.triton_kernel import _tiles
+        return tile_sweep.report_sweep(sweep(args), args.out)
+    from zoomattn.methods.rectify.triton_kernel import _tiles
 
-        default = _tiles(args.head_dim, torch.device("cuda"))
-        args.tiles = {**default, **{name: tuple(t) for name, t in args.tiles.items()}}
-    rows = []
-    for n in args.lengths:
-        run = decode if args.decode else profile if args.profile else measure
-        rows.append(run(n, args))
-        print(json.dumps(rows[-1]), flush=True)
-    what = f"decoding steps of {args.decode} queries" if args.decode else "causal, fwd+bwd"
-    summary = {
-        "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (Triton interpreter)",
-        "shape": f"B={args.decode or 1}, heads={args.heads}, kv_heads={args.kv_heads}, "
-        f"head_dim={args.head_dim}, bf16, {what}, g={G}",
-        "tiles": args.tiles or "default",
-        **{f"{r['n']}": {key: float(f"{r[key]:.4g}") for key in r if "vs" in key} for r in rows},
-    }
-    print(json.dumps(summary))
+    args.tiles = tile_sweep.merged_tiles(_tiles(args.head_dim, torch.device(DEVICE)), args.tiles)
+    run = decode if args.decode else profile if args.profile else measure
+    what = f"B=1, left padding {args.padded}" if args.padded else "B=1, causal"
+    what = f"B={args.decode}, decoding steps" if args.decode else f"{what}, fwd+bwd"
+    tile_sweep.report_lengths(args, run, f"{what}, g={G}", DEVICE)
 
 
 if __name__ == "__main__":

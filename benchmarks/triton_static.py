@@ -87,7 +87,7 @@ def _projected(n: int, heads: int, head_dim: int, dtype=torch.bfloat16) -> torch
 def _mask(n: int, masked: bool, queries: int | None = None) -> torch.Tensor | None:
     """None (causal prefill), or a causal mask whose first quarter of positions is padding, on
     the CPU (the GPU sweep's ``--padded 0.25``); with ``queries``, its last rows (decoding)."""
-    from rectified_triton import left_padding_mask
+    from tile_sweep import left_padding_mask
 
     mask = left_padding_mask(n, 0.25 if masked else 0.0, "cpu")
     return mask if mask is None or queries is None else mask[:, :, -queries:]
@@ -228,7 +228,7 @@ def static_rows(
 # q + u), fp16 and fp32 inputs (``dtype: float32`` on a card), and a decoding step, the forward
 # of one query over the cache (Triton's binder makes that 1 a constant, hence another kernel),
 # with and without a padding mask: what generation would launch with rectification's
-# ``FUSED_DECODING`` or OpAmp's opt-in ``path="triton"`` (neither is on by default).
+# ``FUSED_DECODING`` (on) or OpAmp's opt-in ``path="triton"``.
 VARIANTS = [
     *[("rectify", True, {"g": g}) for g in ("tanh", "tanh_plus_x", "sigmoid")],
     *[(m, True, {"dtype": t}) for m in METHODS for t in (torch.float16, torch.float32)],
@@ -249,10 +249,10 @@ KERNEL_OF_TILE = {"forward": "_forward", "kv": "_backward_kv", "q": "_backward_q
 
 
 def sweep_rows(method: str, n: int, masked: bool) -> list[dict]:
-    """The candidates of rectification's GPU sweep (``rectified_triton.SWEEP``), each kernel's
+    """The candidates of rectification's GPU sweep (``tile_sweep.SWEEP``), each kernel's
     own tile varied with the others at ``method``'s table: the row of the kernel whose tile
     varies."""
-    from rectified_triton import SWEEP
+    from tile_sweep import SWEEP
 
     table, rows = TABLES[method](), []
     for name, candidates in SWEEP.items():

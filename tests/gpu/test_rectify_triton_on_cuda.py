@@ -1,7 +1,8 @@
 """The gpu lane: the fused Triton rectified attention (methods/rectify/triton_kernel.py) compiled on
 CUDA against the materialised formula in fp64 on the same inputs, values and gradients of q, u, k,
 v, at a moderate size (L = 512, D = 128, 8 query heads over 2 KV heads): fp32 to 1e-5, bf16 within
-1.5× plain bf16 SDPA's error on the same device; causal prefill, left padding, one decoding step;
+1.5× plain bf16 SDPA's error on the same device; causal prefill, left padding, one decoding step
+with and without a padded cache;
 and the dispatch under ``attention_kernels: fused``."""
 
 import pytest
@@ -31,6 +32,7 @@ SCENARIOS = {
     "causal_prefill": (N, N, None),
     "padded": (N, N, [N, 300]),
     "decoding_step": (1, N, None),
+    "decoding_padded": (1, N, [N, 300]),  # the cache's padding: the mask's last row
 }
 # (g, scenario) pairs: every g with padding, every scenario with the method's g ("max"); each pair
 # compiles three kernels per dtype, fp32's slowly (IEEE dot products), so fp32 runs two of them
@@ -54,7 +56,7 @@ def _inputs(scenario, dtype):
 
     tensors = [projected(HEADS, n_q), projected(HEADS, n_q, 0.3)]
     tensors += [projected(KV_HEADS, n_k), projected(KV_HEADS, n_k)]
-    mask = None if lengths is None else left_padding_mask(lengths, n_q).to(DEVICE)
+    mask = None if lengths is None else left_padding_mask(lengths, n_k)[:, :, -n_q:].to(DEVICE)
     return tensors, mask
 
 
@@ -115,10 +117,10 @@ def test_rectified_attention_runs_the_fused_kernel_on_cuda_when_configured(
         blockwise = rectified_attention(q, u, k, v, g, mask)
     ok = mask.any(-1, keepdim=True)
     assert _rel(out.where(ok, 0.0), blockwise.where(ok, 0.0)) <= 1e-2
-    (q, u, k, v), _ = _inputs("decoding_step", torch.bfloat16)
+    (q, u, k, v), mask = _inputs("decoding_padded", torch.bfloat16)
     with torch.no_grad(), kernels.using("fused"):
-        step = rectified_attention(q, u, k, v, g)
+        step = rectified_attention(q, u, k, v, g, mask)
         expected = "fused" if fused_decoding else "reference (decoding)"
         assert kernels.paths_run() == {"rectify": expected}
     with torch.no_grad():
-        assert _rel(step, rectified_attention(q, u, k, v, g)) <= 1e-2
+        assert _rel(step, rectified_attention(q, u, k, v, g, mask)) <= 1e-2

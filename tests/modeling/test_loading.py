@@ -90,7 +90,11 @@ def test_adapter_config_is_byte_identical_whatever_the_string_hash_seed(base_dir
 def test_a_4bit_model_computes_in_evaluation_what_it_computes_in_training_on_any_cpu(base_dir):
     """bitsandbytes' repacking for CPUs with AVX512-BF16 (no-grad forwards in eval mode, block
     scales rounded to bf16) stays off: an evaluation's numbers do not depend on the CPU."""
+    import bitsandbytes as bnb
+
     model = build_trainable(base_dir, "qlora", METHODS["qlora"].make_config({}), LORA, NF4)
+    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert layers and not any(m.support_avx512bf16_for_cpu for m in layers)  # on any CPU
     _train_a_little(model)
     want = model(input_ids=IDS).logits.detach()
     model.eval()

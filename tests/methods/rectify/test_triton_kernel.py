@@ -244,9 +244,9 @@ def test_generation_prefills_a_padded_batch_through_the_fused_kernel_and_decodes
     base_dir, monkeypatch, on_cuda_under_fused, fused_decoding
 ):
     """Greedy decoding as evaluation runs it on CUDA: the prefill through the kernel with the
-    padding mask, each one-query step over the cache through the block-wise path (the default,
-    recorded as such) or, with ``FUSED_DECODING``, through the kernel; the reference's tokens and
-    step logits either way."""
+    padding mask, each one-query step over the cache through the kernel (``FUSED_DECODING``, the
+    default) or, with it off, through the block-wise path (recorded as such); the reference's
+    tokens and step logits either way."""
     model = _rectified(base_dir, xi=3.0)
     _copy_lora_into_rectified(_trained_lora(base_dir), model)
 

@@ -179,12 +179,13 @@ def by_heads(q, k, v, mask, scaling, heads: Sequence[int], attend) -> torch.Tens
 
 
 def spliced_by_heads(q, k, v, mask, scaling, heads: Sequence[int], attend) -> torch.Tensor:
-    """``by_heads`` without copying the plain heads: ``math.sdpa`` on every head (GQA in its
-    kernel), then the fused heads' outputs put in their places (their SDPA output is dropped and
-    gets a gradient of 0). The same values and gradients, the K/V gradients summed in another
-    order. With 2 of 32 heads through FlexAttention on an H200 it took 0.79× and 0.90× by_heads'
-    time at 4096 and 8192 tokens and 1.02× plain SDPA's memory against 1.27× (docs/kernels.md),
-    so the flex path splits its heads so; the bias path, the CPU's, keeps by_heads."""
+    """``by_heads`` without copying the plain heads: ``math.sdpa`` on every head, then the fused
+    heads' outputs put in their places (their SDPA output is dropped and gets a gradient of 0).
+    The same values and gradients, the K/V gradients summed in another order. With 2 of 32 heads
+    through FlexAttention on an H200 (no mask: SDPA kept GQA in its kernel) it took 0.79× and
+    0.90× by_heads' time at 4096 and 8192 tokens and 1.02× plain SDPA's memory against 1.27×
+    (docs/kernels.md), so the flex path splits its heads so; the bias path, the CPU's, keeps
+    by_heads."""
     fused = _heads(heads, q.shape[1])
     if not fused or len(fused) == q.shape[1]:
         return by_heads(q, k, v, mask, scaling, heads, attend)

@@ -23,7 +23,7 @@ gradient where both branches give it (OpAmp's initialisation). Memory: autograd 
 Qᵢ, Kᵢ, [V | V], the adapters' activations, the stacked output and its log-sum-exp, about what the
 ``plain`` path keeps; no adapter is recomputed.
 
-The ``triton`` path (opt-in, unmeasured: ``triton_path.py``) runs these batched adapters
+The ``triton`` path (opt-in, slower on an H200: ``triton_path.py``) runs these batched adapters
 (``adapted_stacks``) before its Triton kernel, and again in backward instead of keeping them.
 """
 

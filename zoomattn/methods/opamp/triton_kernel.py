@@ -1,9 +1,10 @@
 """OpAmp's two branches of attention as one Triton kernel, flash-attention style (forward and
-backward), for CUDA: the ``triton`` path of ``kernel.two_branch_attention``. Opt-in only (no
-setting selects it; ``attention_kernels: fused`` runs the ``stacked`` path): unmeasured when
-written (no GPU at hand). Written after FlashAttention-2 (Dao, 2023) and Triton's fused-attention
-tutorial, with the rectified kernel's conventions (``rectify/triton_kernel.py``); the sharing
-between the branches follows the idea of ``aharbi/triton-diff-attn`` (our own code).
+backward), for CUDA: the ``triton`` path of ``kernel.two_branch_attention``. Opt-in only (no setting
+selects it; ``attention_kernels: fused`` runs the ``stacked`` path): on an H200 it took 11–17× plain
+SDPA's time, 1.4–5.5× the stacked path's, at its untuned tiles (docs/kernels.md). Written after
+FlashAttention-2 (Dao, 2023) and Triton's fused-attention tutorial, with the rectified kernel's
+conventions (``rectify/triton_kernel.py``); the sharing between the branches follows the idea of
+``aharbi/triton-diff-attn`` (our own code).
 
     out = c·(O₀ + O₁) + d·(O₀ − O₁) = w₀·O₀ + w₁·O₁,  Oᵢ = softmax(QᵢKᵢᵀ·s + mask)·V,  wᵢ = c ± d
 
@@ -227,8 +228,9 @@ def _tiles(device: torch.device) -> dict[str, tuple[int, int, int, int]]:
     without a GPU: each kernel holds two query and two key tiles, and as Triton's JIT compiles
     them for sm_90 at head dim 128 in bf16 (``benchmarks/triton_static.py``) 32×32 with 8 warps
     takes 128–231 registers and spills nothing, where 64-row forward tiles spill (the query
-    kernel's do not). Speed unmeasured. Elsewhere (Triton's interpreter) 16×16, so short test
-    sequences span several tiles."""
+    kernel's do not). Never swept on a GPU (``benchmarks/opamp_triton.py --sweep``), where it ran
+    at 11–17× SDPA's time. Elsewhere (Triton's interpreter) 16×16, so short test sequences span
+    several tiles."""
     if device.type != "cuda":
         return {"forward": (16, 16, 1, 1), "kv": (16, 16, 1, 1), "q": (16, 16, 1, 1)}
     return {"forward": (32, 32, 8, 2), "kv": (32, 32, 8, 2), "q": (32, 32, 8, 2)}

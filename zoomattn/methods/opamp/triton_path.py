@@ -1,6 +1,6 @@
-"""OpAmp's ``triton`` path (opt-in, unmeasured): the stacked path's batched adapters, both
-branches' attention in the Triton kernel (``triton_kernel.py``), and the adapters recomputed in
-backward instead of kept.
+"""OpAmp's ``triton`` path (opt-in; slower than the stacked path on an H200, docs/kernels.md): the
+stacked path's batched adapters, both branches' attention in the Triton kernel
+(``triton_kernel.py``), and the adapters recomputed in backward instead of kept.
 
 Autograd keeps, from forward to backward, only q, k, v (the layer's own inputs, kept anyway), the
 kernel's O₀ and O₁ and its per-row log-sum-exps: about 2·|q| beyond them, where the stacked path

@@ -205,7 +205,7 @@ def _tiles(head_dim: int, device: torch.device) -> dict[str, tuple[int, int, int
     On CUDA the fastest of the H200 sweep (``benchmarks/rectified_triton.py --sweep``, 4096
     tokens under a left-padding mask; docs/kernels.md): 9.2 ms forward + backward against 15.5 ms
     for the table before it, which an offline sm_90 compile had chosen. Four warps won at every
-    kernel; the forward and dQ tiles spill 40 and 64 bytes under a mask and are still the fastest.
+    kernel; the dQ/dU tile spills 96 bytes under a mask (48 causal) and was still the fastest.
     Elsewhere (Triton's interpreter) 16×16, so short test sequences span several tiles."""
     if device.type != "cuda":
         return dict.fromkeys(("forward", "kv", "q", "decode"), (16, 16, 1, 1))

@@ -1,0 +1,214 @@
+"""What the fused kernels' GPU benchmarks (``rectified_triton.py``, ``opamp_triton.py``) share:
+their common arguments and ``--smoke`` set-up, timing a step and its peak memory, a left-padding
+mask, and the tile sweep, which tries each kernel's candidate tiles with the others at the
+table's.
+
+A tile is (BLOCK_M, BLOCK_N, warps, stages). BLOCK_M is the query tile (the dK/dV kernel's step
+over query rows), BLOCK_N the key tile (the forward and dQ kernels' step). Both kernels take a
+table ``{"forward": tile, "kv": tile, "q": tile}`` (rectification's adds ``decode``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+
+SWEEP = {
+    "forward": [(m, n, w, s) for m in (64, 128) for n in (32, 64) for w in (4, 8) for s in (2, 3)],
+    "kv": [(m, n, w, s) for n in (32, 64) for m in (16, 32, 64) for w in (4, 8) for s in (1, 2)],
+    "q": [(m, n, w, s) for m in (32, 64) for n in (16, 32, 64) for w in (4, 8) for s in (1, 2)],
+}
+
+
+def once_ms(fn, device: str) -> float:
+    """Milliseconds of one call of ``fn``: CUDA events on CUDA, wall time on the CPU (Triton's
+    interpreter: ``--smoke``)."""
+    if device == "cpu":
+        t0 = time.perf_counter()
+        fn()
+        return 1e3 * (time.perf_counter() - t0)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
+
+
+def median_ms(fn, repeats: int, device: str) -> float:
+    """Median ``once_ms`` of ``fn`` over ``repeats`` calls after one warm-up (which compiles the
+    kernels)."""
+    fn()
+    return statistics.median(once_ms(fn, device) for _ in range(repeats))
+
+
+def peak_mib(fn) -> float:
+    """Peak CUDA memory allocated while ``fn`` runs, above what was allocated before it."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
+def timed_variants(step, variants, repeats: int, device: str) -> dict:
+    """Each variant's ``step(variant)``: its median milliseconds over ``repeats`` rounds, variants
+    interleaved after one warm-up each (which compiles the kernels), and on CUDA its peak memory;
+    then every variant but the first (the baseline, plain SDPA) as a ratio to the first."""
+    for variant in variants:
+        step(variant)
+    times = {variant: [] for variant in variants}
+    for _ in range(repeats):
+        for variant in variants:
+            times[variant].append(once_ms(lambda v=variant: step(v), device))
+    row, base = {}, variants[0]
+    for variant in variants:
+        row[f"{variant}_ms"] = statistics.median(times[variant])
+        if device == "cuda":
+            row[f"{variant}_peak_mib_above_inputs"] = peak_mib(lambda v=variant: step(v))
+    for variant in variants[1:]:
+        row[f"{variant}_time_vs_{base}"] = row[f"{variant}_ms"] / row[f"{base}_ms"]
+        if device == "cuda":
+            row[f"{variant}_memory_vs_{base}"] = (
+                row[f"{variant}_peak_mib_above_inputs"] / row[f"{base}_peak_mib_above_inputs"]
+            )
+    return row
+
+
+def try_tiles(table: dict, run, budget_s: float, device: str, per_kernel=None):
+    """Each kernel's candidates (``SWEEP``, the first ``per_kernel`` of each) with the others at
+    ``table``'s, timed by ``run(tiles, backward)``: the forward kernel forward alone, the two
+    others forward + backward. A candidate that does not compile or launch (registers, shared
+    memory) is recorded with its error; after ``budget_s`` seconds the rest are recorded as not
+    tried. Returns (every candidate's row, the table with each kernel's fastest tile)."""
+    deadline, tried = time.monotonic() + budget_s, []
+    for name, candidates in SWEEP.items():
+        for tile in candidates[:per_kernel]:
+            row = {"kernel": name, "tile": list(tile)}
+            if time.monotonic() > deadline:
+                tried.append({**row, "status": "not tried: out of time"})
+                continue
+            tiles, backward = {**table, name: tile}, name != "forward"
+            try:
+                ms = median_ms(lambda t=tiles, b=backward: run(t, b), 3, device)
+                tried.append({**row, "status": "ok", "ms": round(ms, 3)})
+            except Exception as error:  # registers, shared memory: the tile does not fit
+                tried.append({**row, "status": f"{type(error).__name__}: {str(error)[:160]}"})
+            print(json.dumps(tried[-1]), flush=True)
+    best = dict(table)
+    for name in SWEEP:
+        timed = [r for r in tried if r["kernel"] == name and r["status"] == "ok"]
+        if timed:
+            best[name] = tuple(min(timed, key=lambda r: r["ms"])["tile"])
+    return tried, best
+
+
+def sweep_result(table, best, tried, run, baselines: dict, repeats, device, shape) -> dict:
+    """The sweep's record: the baselines' times (``{name: step}``, plain SDPA first), the table's
+    and the best table's forward + backward, each as a ratio to the first baseline, the best
+    table's output error to the table's, and every candidate's row (``tried``)."""
+    times = {f"{name}_ms": median_ms(fn, repeats, device) for name, fn in baselines.items()}
+    times["table_ms"] = median_ms(lambda: run(table, True), repeats, device)
+    times["best_ms"] = median_ms(lambda: run(best, True), repeats, device)
+    base = next(iter(times))
+    out_table, out_best = run(table, False).float(), run(best, False).float()
+    return {
+        "device": device_name(device),
+        "shape": f"{shape}, bf16, fwd+bwd",
+        "table": {k: list(t) for k, t in table.items()},
+        "best": {k: list(t) for k, t in best.items()},
+        **{key: round(ms, 3) for key, ms in times.items()},
+        **{
+            f"{key[:-3]}_vs_{base[:-3]}": round(ms / times[base], 3)
+            for key, ms in times.items()
+            if key != base
+        },  # fmt: skip
+        "best_vs_table_rel_error": ((out_best - out_table).norm() / out_table.norm()).item(),
+        "tried": tried,
+    }
+
+
+def left_padding_mask(n: int, padded: float, device: str) -> torch.Tensor | None:
+    """[1, 1, n, n] causal mask whose first ``padded`` fraction of positions is padding (None for
+    none)."""
+    if not padded:
+        return None
+    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    return (causal & (torch.arange(n, device=device) >= int(padded * n))[None, :])[None, None]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments both benchmarks take."""
+    p.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--kv-heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--tiles", type=json.loads, default=None,
+                   help='JSON {"forward"|"kv"|"q": [BLOCK_M, BLOCK_N, warps, stages]}, '
+                        "merged over the default table")  # fmt: skip
+    p.add_argument("--padded", type=float, default=0.0,
+                   help="fraction of left padding, through a boolean mask")  # fmt: skip
+    p.add_argument("--sweep", action="store_true", help="tune the tile table (see above)")
+    p.add_argument("--budget-s", type=float, default=240, help="time for the sweep's candidates")
+    p.add_argument("--out", default=None, help="write the sweep's JSON here")
+    p.add_argument("--smoke", action="store_true",
+                   help="the mechanics on the CPU: tiny shape, Triton's interpreter, two "
+                        "candidates per kernel in a sweep (times mean nothing)")  # fmt: skip
+
+
+def device_for(args, script: str) -> str:
+    """ "cuda", or with ``--smoke`` "cpu" under Triton's interpreter at a tiny shape (set on args;
+    call before triton is first imported)."""
+    if not args.smoke:
+        if not torch.cuda.is_available():
+            raise SystemExit(f"{script}: needs a CUDA device (the Triton kernel's)")
+        return "cuda"
+    os.environ["TRITON_INTERPRET"] = "1"  # read when triton is first imported
+    from tests.triton_interpreter import squeeze_interpreter_indices
+
+    squeeze_interpreter_indices()
+    args.lengths, args.heads, args.kv_heads, args.head_dim, args.repeats = [40], 2, 1, 16, 1
+    return "cpu"
+
+
+def device_name(device: str) -> str:
+    return torch.cuda.get_device_name() if device == "cuda" else "cpu (Triton interpreter)"
+
+
+def report_sweep(result: dict, out: str | None) -> None:
+    """The sweep's summary on stdout, and every candidate's row in ``out`` (JSON)."""
+    print(json.dumps({k: v for k, v in result.items() if k != "tried"}))
+    if out:
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+def merged_tiles(default: dict, tiles: dict | None) -> dict | None:
+    """``--tiles`` over the kernel's default table (None: the kernel picks its own)."""
+    if tiles is None:
+        return None
+    return {**default, **{name: tuple(t) for name, t in tiles.items()}}
+
+
+def report_lengths(args, measure_one, what: str, device: str) -> None:
+    """``measure_one(n, args)`` at each of ``--lengths``, a JSON line per length as it is measured,
+    then a summary line: the device, the shape (``what`` says the case), the tiles and each
+    length's ratios (the rows' keys with "vs")."""
+    rows = []
+    for n in args.lengths:
+        rows.append(measure_one(n, args))
+        print(json.dumps(rows[-1]), flush=True)
+    print(json.dumps({
+        "device": device_name(device),
+        "shape": f"heads={args.heads}, kv_heads={args.kv_heads}, head_dim={args.head_dim}, bf16, "
+        + what,
+        "tiles": args.tiles or "default",
+        **{f"{r['n']}": {k: float(f"{r[k]:.4g}") for k in r if "vs" in k} for r in rows},
+    }))  # fmt: skip
