@@ -202,8 +202,8 @@ def flex_relevance_attention(
     """``kernel.relevance_attention`` with ``kernel.fusion_bias(query_segments, key_segments,
     log_alpha, call_mask(mask, ...))``, computed without the bias: the heads in ``heads`` through
     FlexAttention, the others ``math.sdpa(q, k, v, mask, scaling)`` (``kernel.spliced_by_heads``).
-    Shapes as there; segments
-    ``[B, L]`` / ``[B, S]``, log α ``[B, P]``. Gradients reach q, k, v and log α."""
+    Shapes as there; segments ``[B, L]`` / ``[B, S]``, log α ``[B, P]``. Gradients reach q, k, v and
+    log α."""
     segments = (query_segments, key_segments, log_alpha)
 
     def flex(q, k, v):
