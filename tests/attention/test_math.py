@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from zoomattn.attention.math import attention_probs, last_row_probs, repeat_kv, sdpa
+from zoomattn.attention.math import attention_probs, last_row_probs, repeat_kv, row_dot, sdpa
 
 
 def _qkv(b=2, h=4, hkv=2, n=7, d=8, seed=0):
@@ -65,3 +65,14 @@ def test_a_masked_grouped_call_on_cuda_repeats_the_kv_heads_instead_of_asking_sd
     assert torch.equal(k2[:, 1], k[:, 0]) and torch.equal(k2[:, 2], k[:, 1])
     assert gqa_for_kernel(on_cuda, k, v, None)[2]  # unmasked: flash has GQA
     assert gqa_for_kernel(torch.randn(1, 4, 5, 4), k, v, mask)[2]  # the CPU kernel has it too
+
+
+@pytest.mark.parametrize("heads", [1, 4, 8])
+def test_row_dot_a_few_heads_at_a_time_equals_the_whole_in_fp32(heads):
+    torch.manual_seed(0)
+    a = torch.randn(2, 6, 5, 16, dtype=torch.bfloat16)
+    b = torch.randn(2, 5, 6, 16, dtype=torch.bfloat16).transpose(1, 2)  # strided, as dO may be
+    whole = (a.float() * b.float()).sum(-1)
+    got = row_dot(a, b, heads=heads)
+    assert got.dtype == torch.float32 and got.is_contiguous() and got.shape == (2, 6, 5)
+    torch.testing.assert_close(got, whole, atol=0, rtol=0)

@@ -50,7 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
-from zoomattn.attention.math import causal_flag
+from zoomattn.attention.math import causal_flag, row_dot
 from zoomattn.attention.tile_ranges import check_mask, launch_arg, mask_arg, tile_ranges
 from zoomattn.attention.triton_tiles import (
     allowed_keys,
@@ -311,9 +311,7 @@ def flash_backward(grad, q, k, v, state, spec) -> tuple[torch.Tensor, ...]:
     o_branch, lse, mask, ranges = state
     b, h2, n_q, _ = q.shape
     n_kv, n_k = v.shape[1], v.shape[2]
-    g = grad.float()
-    delta = torch.cat([(o.float() * g).sum(-1) for o in o_branch.chunk(2, dim=1)], 1)
-    delta = delta.contiguous()
+    delta = torch.cat([row_dot(o, grad) for o in o_branch.chunk(2, dim=1)], 1)
     dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
     sizes, constexprs = _sizes(q, v, mask, spec)
     mask = launch_arg(mask, q)

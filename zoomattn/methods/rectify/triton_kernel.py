@@ -44,7 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
-from zoomattn.attention.math import causal_flag
+from zoomattn.attention.math import causal_flag, row_dot
 from zoomattn.attention.tile_ranges import check_mask, launch_arg, mask_arg, tile_ranges
 from zoomattn.attention.triton_tiles import (
     cast,
@@ -300,7 +300,7 @@ class _FusedRectified(torch.autograd.Function):
         spec = ctx.spec
         b, n_heads, n_q, _ = q.shape
         n_kv, n_k = k.shape[1], k.shape[2]
-        delta = (do.float() * o.float()).sum(-1).contiguous()  # Δ_i = dO_i·O_i
+        delta = row_dot(do, o)  # Δ_i = dO_i·O_i
         dq, du, dk, dv = (torch.empty_like(t) for t in (q, u, k, v))
         strides, sizes, constexprs = _common(q, k, mask, spec)
         strides[8:8] = do.stride()  # after q's and k's strides, before the mask's
