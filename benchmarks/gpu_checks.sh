@@ -58,8 +58,14 @@ step rectify_profile 60 $py benchmarks/rectified_triton.py --profile --lengths 8
 # winning (methods/rectify/kernel.py FUSED_DECODING), against the block-wise path and SDPA
 step rectify_decode 60 $py benchmarks/rectified_triton.py --decode 8 --lengths 4096 8192 \
   --padded 0.25 --repeats 5
+# g's logarithm as lg2.approx (the kernel's) against tl.log (libdevice's logf, before), each in its
+# own process on the same card: causal prefill at 4096 and 8192, then a decoding step
+ab="$py benchmarks/rectified_triton.py"
+step rectify_log_ab 120 bash -c "$ab --lengths 4096 8192 && $ab --libdevice-log --lengths 4096 8192 \
+  && $ab --decode 8 --lengths 8192 --padded 0.25 && $ab --libdevice-log --decode 8 --lengths 8192 \
+  --padded 0.25"
 # LKG-RALM with 2 of 32 heads fused taken apart (benchmarks/relevance_fusion.py: the flex kernel
-# alone, and the split of the heads done by splicing into SDPA on every head)
+# alone, with and without log α's gradient, and the copying split the flex path used before)
 step lkg_heads 90 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192 --repeats 5
 # the rectification kernel's tiles: a sweep per kernel at 4096 tokens under that mask, where the
 # kernels hold more registers (benchmarks/rectified_triton.py --sweep; docs/kernels.md); each

@@ -195,9 +195,15 @@ def main() -> None:
     p.add_argument("--profile", action="store_true",
                    help="time per CUDA kernel, fused and SDPA (see profile)")  # fmt: skip
     p.add_argument("--g", default="max", help="the rectifier g (max, tanh, tanh_plus_x, sigmoid)")
+    p.add_argument("--libdevice-log", action="store_true",
+                   help="g's logarithm as tl.log, not lg2.approx (libdevice_log.py)")  # fmt: skip
     args = p.parse_args()
     global DEVICE, G
     DEVICE, G = tile_sweep.device_for(args, "rectified_triton.py"), args.g
+    if args.libdevice_log:
+        import libdevice_log
+
+        libdevice_log.use_it()
     if args.sweep:
         return tile_sweep.report_sweep(sweep(args), args.out)
     from zoomattn.methods.rectify.triton_kernel import _tiles
@@ -206,7 +212,8 @@ def main() -> None:
     run = decode if args.decode else profile if args.profile else measure
     what = f"B=1, left padding {args.padded}" if args.padded else "B=1, causal"
     what = f"B={args.decode}, decoding steps" if args.decode else f"{what}, fwd+bwd"
-    tile_sweep.report_lengths(args, run, f"{what}, g={G}", DEVICE)
+    log = "tl.log" if args.libdevice_log or args.smoke else "lg2.approx"
+    tile_sweep.report_lengths(args, run, f"{what}, g={G}, log={log}", DEVICE)
 
 
 if __name__ == "__main__":
