@@ -79,14 +79,14 @@ def measure(n: int, args) -> dict:
     forwards = _forwards(q_stack, k_stack, v, mask, args.tiles)
     step = _step(forwards, (q_stack, k_stack, v))
     with torch.no_grad():
-        ours, stacked = forwards["triton"]().float(), forwards["stacked"]().float()
-    row = {"n": n, "triton_vs_stacked_rel_error": ((ours - stacked).norm() / stacked.norm()).item()}
+        error = tile_sweep.rel_error(forwards["triton"](), forwards["stacked"]())
+    row = {"n": n, "triton_vs_stacked_rel_error": error}
     row.update(tile_sweep.timed_variants(step, VARIANTS, args.repeats, DEVICE))
     return row
 
 
 def sweep(args) -> dict:
-    from zoomattn.methods.opamp.triton_kernel import _tiles, two_branch_flash
+    from zoomattn.methods.opamp.triton_kernel import _tiles
 
     n = args.lengths[0]
     q_stack, k_stack, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
@@ -94,13 +94,11 @@ def sweep(args) -> dict:
     table = _tiles(torch.device(DEVICE))
 
     def run(tiles, backward: bool):
+        forwards = _forwards(q_stack, k_stack, v, mask, tiles)
         if not backward:
             with torch.no_grad():
-                return two_branch_flash(q_stack, k_stack, v, GAINS, mask, tiles=tiles)
-        out = two_branch_flash(q_stack, k_stack, v, GAINS, mask, tiles=tiles)
-        out.float().square().mean().backward()
-        for t in (q_stack, k_stack, v):
-            t.grad = None
+                return forwards["triton"]()
+        _step(forwards, (q_stack, k_stack, v))("triton")
 
     per_kernel = 2 if args.smoke else None
     tried, best = tile_sweep.try_tiles(table, run, args.budget_s, DEVICE, per_kernel)

@@ -85,9 +85,7 @@ def measure(n: int, args) -> dict:
     q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
     step, forward = _steps(q, u, k, v, args.tiles, left_padding_mask(n, args.padded))
     with torch.no_grad():
-        fused, blockwise = forward["fused"]().float(), forward["blockwise"]().float()
-    error = ((fused - blockwise).norm() / blockwise.norm()).item()
-    del fused, blockwise
+        error = tile_sweep.rel_error(forward["fused"](), forward["blockwise"]())
     row = {"n": n, "fused_vs_blockwise_rel_error": error}
     row.update(tile_sweep.timed_variants(step, VARIANTS, args.repeats, DEVICE))
     row["input_mib"] = sum(t.numel() * t.element_size() for t in (q, u, k, v)) / 2**20
@@ -117,8 +115,7 @@ def decode(n: int, args) -> dict:
         "fused": lambda: fused_rectified_attention(q, u, k, v, g, mask, tiles=args.tiles),
     }
     with torch.no_grad():
-        fused, blockwise = forward["fused"]().float(), forward["blockwise"]().float()
-        error = ((fused - blockwise).norm() / blockwise.norm()).item()
+        error = tile_sweep.rel_error(forward["fused"](), forward["blockwise"]())
         ms = {name: _median_ms(lambda f=f: [f() for _ in range(20)], args.repeats) / 20
               for name, f in forward.items()}  # fmt: skip
     return {"n": n, "batch": b, "fused_vs_blockwise_rel_error": error,
@@ -161,21 +158,19 @@ def _median_ms(fn, repeats: int) -> float:
 
 def sweep(args) -> dict:
     """Each kernel's candidate tiles, the others at the table's; then the best table."""
-    from zoomattn.methods.rectify.kernel import Rectifier
-    from zoomattn.methods.rectify.triton_kernel import _tiles, fused_rectified_attention
+    from zoomattn.methods.rectify.triton_kernel import _tiles
 
     n = args.lengths[0]
     q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
-    mask, g = left_padding_mask(n, args.padded), Rectifier(G, 3.0)
+    mask = left_padding_mask(n, args.padded)
     table = _tiles(args.head_dim, torch.device(DEVICE))
 
     def run(tiles, backward: bool):
+        step, forward = _steps(q, u, k, v, tiles, mask)
         if not backward:
             with torch.no_grad():
-                return fused_rectified_attention(q, u, k, v, g, mask, tiles=tiles)
-        fused_rectified_attention(q, u, k, v, g, mask, tiles=tiles).square().mean().backward()
-        for t in (q, u, k, v):
-            t.grad = None
+                return forward["fused"]()
+        step("fused")
 
     per_kernel = 2 if args.smoke else None
     tried, best = tile_sweep.try_tiles(table, run, args.budget_s, DEVICE, per_kernel)

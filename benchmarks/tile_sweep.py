@@ -57,6 +57,12 @@ def peak_mib(fn) -> float:
     return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
+def rel_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
+    """‖ours − reference‖ / ‖reference‖ in fp32."""
+    ours, reference = ours.float(), reference.float()
+    return ((ours - reference).norm() / reference.norm()).item()
+
+
 def timed_variants(step, variants, repeats: int, device: str) -> dict:
     """Each variant's ``step(variant)``: its median milliseconds over ``repeats`` rounds, variants
     interleaved after one warm-up each (which compiles the kernels), and on CUDA its peak memory;
@@ -117,7 +123,6 @@ def sweep_result(table, best, tried, run, baselines: dict, repeats, device, shap
     times["table_ms"] = median_ms(lambda: run(table, True), repeats, device)
     times["best_ms"] = median_ms(lambda: run(best, True), repeats, device)
     base = next(iter(times))
-    out_table, out_best = run(table, False).float(), run(best, False).float()
     return {
         "device": device_name(device),
         "shape": f"{shape}, bf16, fwd+bwd",
@@ -129,7 +134,7 @@ def sweep_result(table, best, tried, run, baselines: dict, repeats, device, shap
             for key, ms in times.items()
             if key != base
         },  # fmt: skip
-        "best_vs_table_rel_error": ((out_best - out_table).norm() / out_table.norm()).item(),
+        "best_vs_table_rel_error": rel_error(run(best, False), run(table, False)),
         "tried": tried,
     }
 

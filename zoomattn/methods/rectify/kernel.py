@@ -136,8 +136,9 @@ def _allowed_rows(mask, causal: bool, start: int, end: int, n_q: int, n_k: int, 
 
 # A decoding step (one query) goes through the Triton kernel too, on its decode tile: on an H200
 # (benchmarks/rectified_triton.py --decode 8, left-padded cache) it took 0.26× the block-wise
-# path's time at 4096 cached tokens and 0.19× at 8192 (0.99× and 0.75× plain SDPA's). Off, the
-# block-wise path runs it and the dispatch records the kernel as declined.
+# path's time at 4096 cached tokens and 0.19× at 8192 (0.99× and 0.75× plain SDPA's); after the
+# tiles' retune 0.26× at 8192 (1.00× SDPA's). Off, the block-wise path runs it and the dispatch
+# records the kernel as declined.
 FUSED_DECODING = True
 
 
