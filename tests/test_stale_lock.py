@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from zoomattn.stale_lock import has_lock, unlock_if_stale
+from zoomattn.stale_lock import has_lock, run_processes, unlock_if_stale
 
 SNAKEFILE = """
 rule all:
@@ -84,6 +84,12 @@ def test_a_job_that_outlived_its_killed_run_is_waited_for_then_named(tmp_path):
         cwd=tmp_path,
     )
     try:
+        # Popen can return before the kernel has set the new program's command line (it reads
+        # empty for a moment, more so under load): the job of this scenario has long been running
+        deadline = time.time() + 30
+        while job.pid not in [pid for pid, _ in run_processes(tmp_path)[1]]:
+            assert time.time() < deadline, "the job process never showed its command line"
+            time.sleep(0.05)
         with pytest.raises(RuntimeError, match=rf"still work in .*pids .*{job.pid}"):
             unlock_if_stale(tmp_path, [], wait=1)
         assert has_lock(tmp_path)
