@@ -65,8 +65,11 @@ step rectify_log_ab 120 bash -c "$ab --lengths 4096 8192 && $ab --libdevice-log 
   && $ab --decode 8 --lengths 8192 --padded 0.25 && $ab --libdevice-log --decode 8 --lengths 8192 \
   --padded 0.25"
 # LKG-RALM with 2 of 32 heads fused taken apart (benchmarks/relevance_fusion.py: the flex kernel
-# alone, with and without log α's gradient, and the copying split the flex path used before)
-step lkg_heads 90 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192 --repeats 5
+# alone, with and without log α's gradient), and the guided rows apart (flex.ROWS_APART, off until
+# this shows it faster): with 2 of 32 heads and with every head
+step lkg_heads 150 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192 --repeats 5 \
+  --variants sdpa flex_2of32 flex_2of32_rows_apart flex_2of32_alone flex_2of32_alone_fixed_alpha \
+  flex_2of32_alone_rows_apart flex_all flex_all_rows_apart
 # the rectification kernel's tiles: a sweep per kernel at 4096 tokens under that mask, where the
 # kernels hold more registers (benchmarks/rectified_triton.py --sweep; docs/kernels.md); each
 # candidate's line reaches the log as it is timed, so a sweep cut short still tells

@@ -29,12 +29,15 @@ compiled; the first step of each compiles, outside the measure). The segments ar
 (the model does so once per forward); the bias paths build their bias in every step (the model
 builds one per layer); the flex paths reuse their block mask across steps as the model's layers
 do, and ``flex_all_new_mask`` builds it in every step (what one layer per forward would pay).
-Three more take ``flex_2of32`` apart: ``flex_2of32_alone`` is the two fused heads' FlexAttention on
-its own (their q, K, V selected outside the step; ``_fixed_alpha``: log α without a gradient, the
-score_mod's captured-tensor gradient left out), ``flex_2of32_copied`` the split of the heads as
-``kernel.by_heads`` does it (the plain heads' q copied, K and V expanded to them, the outputs
-concatenated and reordered), which the flex path used before ``kernel.spliced_by_heads`` (SDPA
-on every head, the fused heads' outputs put in place).
+``flex_all_rows_apart`` and ``flex_2of32_rows_apart`` are those paths with ``flex.ROWS_APART``
+(the guided rows materialised apart, flex without score_mod). Three more take ``flex_2of32``
+apart: ``flex_2of32_alone`` is the two fused heads' FlexAttention on its own (their q, K, V
+selected outside the step; ``_fixed_alpha``: log α without a gradient, the score_mod's
+captured-tensor gradient left out; ``_rows_apart``: with ``flex.ROWS_APART``),
+``flex_2of32_copied`` the split of the heads as ``kernel.by_heads`` does it (the plain heads' q
+copied, K and V expanded to them, the outputs concatenated and reordered), which the flex path
+used before ``kernel.spliced_by_heads`` (SDPA on every head, the fused heads' outputs put in
+place).
 Time: median of CUDA-event-timed steps; memory: peak allocated during one step above what was
 allocated before it (the inputs).
 
@@ -194,12 +197,17 @@ CUDA_VARIANTS = (
     "flex_2of32_alone",
     "flex_2of32_alone_fixed_alpha",
     "flex_all_new_mask",
+    "flex_all_rows_apart",
+    "flex_2of32_rows_apart",
+    "flex_2of32_alone_rows_apart",
 )
 TWO_OF_32 = (1, 22)  # two KV groups of 8
 
 
-def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int):
-    """The step of every CUDA variant on one set of bf16 inputs, and the inputs' MiB."""
+def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device="cuda"):
+    """The step of every CUDA variant on one set of bf16 inputs, the inputs' MiB, the number of
+    passages, and each variant's forward (``device``: "cpu" for the suite's smoke test, with
+    eager flex)."""
     import torch
 
     from zoomattn.attention.math import sdpa
@@ -217,13 +225,13 @@ def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int):
     torch.manual_seed(0)
 
     def projected(h):  # [B, L, H, D] viewed as [B, H, L, D], as the projections leave them
-        x = torch.randn(1, n, h, head_dim, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(1, n, h, head_dim, device=device, dtype=torch.bfloat16)
         return x.transpose(1, 2).requires_grad_(True)
 
     q, k, v = projected(heads), projected(kv_heads), projected(kv_heads)
     row, n_passages = layout(n, passage)
-    segments = segment_ids(torch.tensor([row], device="cuda"), Boundary(**MARKERS))
-    log_alpha = torch.randn(1, n_passages, device="cuda").requires_grad_(True)
+    segments = segment_ids(torch.tensor([row], device=device), Boundary(**MARKERS))
+    log_alpha = torch.randn(1, n_passages, device=device).requires_grad_(True)
     everything = tuple(range(heads))
 
     def bias(fused_heads):
@@ -240,6 +248,16 @@ def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int):
     def flex_heads(q, k, v, alpha=log_alpha):  # the fused heads' FlexAttention, as the path's
         return flex.flex_fused_heads(q, k, v, None, None, segments, segments, alpha)
 
+    def rows_apart(fn):  # the path with flex.ROWS_APART on for the forward (backward reads none)
+        def run():
+            flex.ROWS_APART = True
+            try:
+                return fn()
+            finally:
+                flex.ROWS_APART = False
+
+        return run
+
     # the fused heads' kernel alone: their q and K/V selected once, outside the timed step
     two = []
     if max(TWO_OF_32) < heads:
@@ -255,6 +273,9 @@ def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int):
         "flex_2of32_alone": lambda: flex_heads(*two),
         "flex_2of32_alone_fixed_alpha": lambda: flex_heads(*two, alpha=log_alpha.detach()),
         "flex_all_new_mask": lambda: flex_path(everything, new_mask=True),
+        "flex_all_rows_apart": rows_apart(lambda: flex_path(everything)),
+        "flex_2of32_rows_apart": rows_apart(lambda: flex_path(TWO_OF_32)),
+        "flex_2of32_alone_rows_apart": rows_apart(lambda: flex_heads(*two)),
     }
 
     def step(variant):
@@ -263,7 +284,7 @@ def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int):
             t.grad = None
 
     inputs_mib = sum(t.numel() * t.element_size() for t in (q, k, v)) / 2**20
-    return step, inputs_mib, n_passages
+    return step, inputs_mib, n_passages, fns
 
 
 def measure_cuda(variant: str, step, repeats: int) -> dict:
@@ -292,11 +313,11 @@ def main_cuda(args) -> None:
 
     rows = []
     for n in args.lengths:
-        step, inputs_mib, n_passages = _cuda_steps(
+        step, inputs_mib, n_passages, _ = _cuda_steps(
             n, args.heads, args.kv_heads, args.head_dim, args.passage
         )
         cells = {}
-        for variant in CUDA_VARIANTS:
+        for variant in args.variants or CUDA_VARIANTS:
             if "2of32" in variant and max(TWO_OF_32) >= args.heads:
                 continue
             cells[variant] = measure_cuda(variant, step, args.repeats)
@@ -343,7 +364,11 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=OUT)
+    only = "with --cuda: these variants only, sdpa first (default: every one)"
+    p.add_argument("--variants", nargs="+", choices=CUDA_VARIANTS, metavar="VARIANT", help=only)
     args = p.parse_args()
+    if args.variants and args.variants[0] != "sdpa":
+        p.error("--variants: sdpa first, the baseline of every ratio")
     defaults = CUDA_DEFAULTS if args.cuda else CPU_DEFAULTS
     for key, value in defaults.items():
         if getattr(args, key) is None:

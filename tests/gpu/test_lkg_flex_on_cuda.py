@@ -1,8 +1,9 @@
 """The gpu lane: LKG-RALM's fusion through compiled FlexAttention (methods/lkg/flex.py) on CUDA
 against the materialised formula in fp64, values and gradients (q, k, v, log α), with left
 padding, GQA, passages spanning several 128-token tiles, and a decoding step; and its memory: no
-``[L, S]`` float bias. With ZOOMATTN_GPU_LANE_DEVICE=cpu the same code runs eager flex on the CPU
-(PyTorch's CPU backward guard lifted, as in tests/methods/lkg/test_flex.py)."""
+``[L, S]`` float bias. Each test runs both ways of the path (``flex.ROWS_APART``). With
+ZOOMATTN_GPU_LANE_DEVICE=cpu the same code runs eager flex on the CPU (PyTorch's CPU backward
+guard lifted, as in tests/methods/lkg/test_flex.py)."""
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ import torch.nn.attention.flex_attention as flex_api
 from tests.gpu.lane import DEVICE
 from tests.methods.lkg.test_flex import _layout
 from zoomattn.attention.math import repeat_kv, sdpa
+from zoomattn.methods.lkg import flex
 from zoomattn.methods.lkg.flex import flex_relevance_attention
 from zoomattn.methods.lkg.kernel import call_mask, fusion_bias
 
@@ -26,6 +28,12 @@ BOUNDS = {torch.float32: 1e-5}  # bf16: twice plain SDPA's own bf16 error
 def cpu_backward(monkeypatch):
     if DEVICE == "cpu":
         monkeypatch.setattr(flex_api, "_validate_device", lambda *tensors: None)
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["score_mod", "rows_apart"])
+def rows_apart(request, monkeypatch):
+    """Both ways of the fused path: log α in flex's score_mod, or the guided rows apart."""
+    monkeypatch.setattr(flex, "ROWS_APART", request.param)
 
 
 def _case(dtype, n=N, h=8, hkv=4, d=64, padded=True):

@@ -45,6 +45,13 @@ def cpu_backward(monkeypatch):
     monkeypatch.setattr(flex_api, "_validate_device", lambda *tensors: None)
 
 
+@pytest.fixture(params=[False, True], ids=["score_mod", "rows_apart"])
+def rows_apart(request, monkeypatch):
+    """Both ways of the fused path: log α in flex's score_mod, or the guided rows apart."""
+    monkeypatch.setattr(flex, "ROWS_APART", request.param)
+    return request.param
+
+
 def _inputs(dtype=torch.float32, d=8):
     q, k, v, log_alpha = _qkv(d=d)
     return [t.to(dtype).requires_grad_() for t in (q, k, v)], log_alpha.requires_grad_()
@@ -96,6 +103,7 @@ def _rows(out, padded):
     return torch.cat([out[:1], out[1:, :, PADDING_ROWS:]], dim=2) if padded else out
 
 
+@pytest.mark.usefixtures("rows_apart")
 @pytest.mark.parametrize("heads,padded", [([1, 2], True), ([0, 1, 2, 3], False)])
 def test_flex_fusion_equals_the_materialised_formula_in_fp32_values_and_gradients(heads, padded):
     qkv, log_alpha = _inputs()
@@ -113,6 +121,7 @@ def _rel(a, b) -> float:
     return ((a - b).norm() / b.norm()).item()
 
 
+@pytest.mark.usefixtures("rows_apart")
 def test_flex_fusion_in_bf16_is_within_plain_sdpas_bf16_error():
     """Values and gradients against the fp64 formula on the same rounded inputs, within twice
     the error plain causal SDPA makes in bf16 (the same inputs against its own fp64)."""
@@ -134,6 +143,7 @@ def test_flex_fusion_in_bf16_is_within_plain_sdpas_bf16_error():
     assert _rel(grads[3], ref_grads[3]) <= 1e-2  # log α: accumulated in fp32
 
 
+@pytest.mark.usefixtures("rows_apart")
 def test_fully_masked_rows_give_zero_output_and_gradient_as_todays_path():
     qkv, log_alpha = _inputs()
     mask = _padding_mask()
@@ -151,6 +161,18 @@ def test_fully_masked_rows_give_zero_output_and_gradient_as_todays_path():
         torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.usefixtures("rows_apart")
+def test_a_guided_row_the_mask_leaves_no_key_gives_zero_output_and_finite_gradients():
+    qkv, log_alpha = _inputs()
+    mask = _padding_mask().clone()
+    mask[0, :, -1] = False  # the last row, a TAIL row: nothing to attend to
+    out, grads = _values_and_grads(_flex_fn([1, 2], mask), qkv, log_alpha, True)
+    assert (out[0, [1, 2], -1] == 0).all() and out[0, [1, 2], -2].abs().sum() > 0
+    assert all(torch.isfinite(g).all() for g in grads)
+    assert (grads[0][0, [1, 2], -1] == 0).all()
+
+
+@pytest.mark.usefixtures("rows_apart")
 @pytest.mark.parametrize("padded", [False, True])
 def test_a_decoding_step_through_flex_equals_the_formulas_last_row(padded):
     qkv, log_alpha = _inputs()
@@ -209,6 +231,7 @@ def test_block_mask_tiles_are_those_pytorch_builds_from_the_same_mask_mod(monkey
         assert _tiles(ours.kv_num_blocks, ours.kv_indices, k_tiles).sum() < k_tiles * k_tiles * 2
 
 
+@pytest.mark.usefixtures("rows_apart")
 def test_a_passage_without_a_log_alpha_slot_is_an_error():
     qkv, log_alpha = _inputs()
     with pytest.raises(ValueError, match="log α"):
@@ -218,6 +241,7 @@ def test_a_passage_without_a_log_alpha_slot_is_an_error():
 # --- dispatch ----------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("rows_apart")
 def test_the_layer_runs_flex_where_kernels_choose_fused_and_matches_the_reference(monkeypatch):
     qkv, log_alpha = _inputs()
     state = LkgState(Boundary(90, 91, 92, 93), n_layers=1)
@@ -238,6 +262,7 @@ def test_the_layer_runs_flex_where_kernels_choose_fused_and_matches_the_referenc
     torch.testing.assert_close(_rows(fused, True), _rows(reference, True), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.usefixtures("rows_apart")
 def test_a_model_on_the_fused_path_trains_as_on_the_reference(monkeypatch, base_tok, tok, sampler):
     """A tiny LKG model, every head fused, on a padded batch: the loss and every gradient
     (boundary embeddings and estimator through log α included) are the reference path's.
@@ -258,6 +283,7 @@ def test_a_model_on_the_fused_path_trains_as_on_the_reference(monkeypatch, base_
         torch.testing.assert_close(fused_grads[name], grad, atol=1e-5, rtol=1e-5, msg=name)
 
 
+@pytest.mark.usefixtures("rows_apart")
 def test_a_model_on_the_fused_path_generates_as_on_the_reference(
     monkeypatch, base_tok, tok, sampler
 ):

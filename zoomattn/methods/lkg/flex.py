@@ -22,6 +22,16 @@ reuse it (``_cached_block_mask``).
 A fully masked row (a left-padded query row) gives 0, as today's SDPA path gives on the CPU.
 Plain (unfused) heads stay on ``math.sdpa``. On CUDA flex_attention runs compiled (eager it is a
 slow materialising reference); the compiled function is made once per process.
+
+Guided rows apart (``ROWS_APART``). FlexAttention gives a captured tensor that requires grad its
+gradient by atomic adds from every score (PyTorch's lowering, pytorch#137452): L·S adds into S
+addresses, the suspect of the fused heads' cost on an H200 (docs/kernels.md). Only the
+QUESTION/TAIL rows carry log α, and they are few (the question and the answer, at the end of a
+prompt); a query row's output depends on no other row. So with ``ROWS_APART`` flex runs the
+structure alone (``mask_mod``, no ``score_mod``: no captured gradient), and the guided rows are
+computed again exactly, materialised (``guided_rows_attention``: their ``[R, S]`` scores, fp32),
+and put in place; log α's gradient is then an ordinary autograd sum. Decoding steps (one TAIL
+row) skip flex. Off until a GPU run shows it faster than the score_mod path.
 """
 
 from __future__ import annotations
@@ -45,19 +55,25 @@ DYNAMO_SWITCH = "TORCHDYNAMO_DISABLE"
 # prefill/decoding, head count and dtype met in a job. Past dynamo's default of 8, it would fall
 # back to the eager flex_attention, which materialises the scores.
 GRAPHS = 64
+ROWS_APART = False  # the guided rows materialised apart (module docstring); not yet timed on a GPU
+
+
+def column_log_alpha(key_segments: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor:
+    """log α of each key column's passage, 0 for a non-passage column: ``[B, S]``, fp32 at least;
+    log α ``[B, P]`` gets its gradient back through the gather."""
+    slot = (key_segments + 1).clamp(min=0)  # slot 0: a zero put in front for non-passage columns
+    column = F.pad(log_alpha, (1, 0)).gather(-1, slot)
+    return column.to(torch.promote_types(log_alpha.dtype, torch.float32))
 
 
 def fusion_score_mod(query_segments: torch.Tensor, key_segments: torch.Tensor, log_alpha):
-    """score + log α_k for a QUESTION/TAIL row and a passage-k column (else + 0). log α ``[B, P]``
-    is gathered per column once (``[B, S]``, fp32 at least); its gradient flows back through
-    the gather."""
-    slot = (key_segments + 1).clamp(min=0)  # slot 0: a zero put in front for non-passage columns
-    column_log_alpha = F.pad(log_alpha, (1, 0)).gather(-1, slot)
-    column_log_alpha = column_log_alpha.to(torch.promote_types(log_alpha.dtype, torch.float32))
+    """score + log α_k for a QUESTION/TAIL row and a passage-k column (else + 0), log α gathered
+    per column once (``column_log_alpha``)."""
+    per_column = column_log_alpha(key_segments, log_alpha)
     guided_rows = query_segments <= QUESTION  # QUESTION (-2) or TAIL (-3)
 
     def score_mod(score, b, h, q_idx, kv_idx):
-        return score + torch.where(guided_rows[b, q_idx], column_log_alpha[b, kv_idx], 0.0)
+        return score + torch.where(guided_rows[b, q_idx], per_column[b, kv_idx], 0.0)
 
     return score_mod
 
@@ -129,24 +145,86 @@ def _ordered(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 _last: dict[str, object] = {}
 
 
-def _cached_block_mask(query_segments, key_segments, mask, n_slots: int) -> BlockMask:
-    """``fusion_block_mask``, reused while the same segment and mask tensors come back (every
-    layer of one forward, and the recomputation of gradient checkpointing). Held by weak
-    references: the cache never keeps a mask alive. A new one also checks that every passage
-    has a log α slot (inside the kernel an index past ``n_slots`` would read out of bounds)."""
+def _cached(name: str, query_segments, key_segments, mask, build):
+    """``build()``, reused while the same segment and mask tensors come back (every layer of one
+    forward, and the recomputation of gradient checkpointing): the block mask, the guided rows.
+    Held by weak references: the cache never keeps a mask alive."""
     key = (query_segments, key_segments, mask)
     refs = _last.get("refs")
-    if refs is not None and all(
+    if refs is None or not all(
         (r is None and t is None) or (r is not None and r() is t)
         for r, t in zip(refs, key, strict=True)
     ):
-        return _last["block_mask"]
+        _last.clear()
+        _last["refs"] = tuple(None if t is None else weakref.ref(t) for t in key)
+    if name not in _last:
+        _last[name] = build()
+    return _last[name]
+
+
+def _check_slots(key_segments, n_slots: int) -> None:
+    """Every passage has a log α slot (inside the kernel an index past it would read out of
+    bounds)."""
     if key_segments.numel() and int(key_segments.max()) >= n_slots:
         raise ValueError(f"lkg: passage {int(key_segments.max())} has no log α ({n_slots} slots)")
-    block_mask = fusion_block_mask(query_segments, key_segments, mask)
-    _last["refs"] = tuple(None if t is None else weakref.ref(t) for t in key)
-    _last["block_mask"] = block_mask
-    return block_mask
+
+
+def _cached_block_mask(query_segments, key_segments, mask, n_slots: int) -> BlockMask:
+    """``fusion_block_mask`` through ``_cached``; a new one also checks the log α slots."""
+
+    def build():
+        _check_slots(key_segments, n_slots)
+        return fusion_block_mask(query_segments, key_segments, mask)
+
+    return _cached("block_mask", query_segments, key_segments, mask, build)
+
+
+def guided_rows(query_segments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """The QUESTION/TAIL query rows of each batch row: their positions first, ascending (``[B, R]``,
+    R the most any batch row has, distinct within a row), which of the R are guided (``[B, R]``:
+    a row with fewer is filled with other positions), and whether every query row is guided."""
+    guided = query_segments <= QUESTION
+    count = guided.sum(-1)
+    most, least = torch.stack([count.max(), count.min()]).tolist() if count.numel() else (0, 0)
+    order = torch.argsort(guided.to(torch.int8), dim=-1, descending=True, stable=True)[:, :most]
+    valid = torch.arange(most, device=count.device)[None] < count[:, None]
+    return order, valid, least == query_segments.shape[-1]
+
+
+def _allowed_rows(mask, rows: torch.Tensor, n_q: int, n_k: int) -> torch.Tensor:
+    """``kernel.call_mask``'s rows ``rows`` ``[B, R]``: ``[B, 1, R, S]`` bool."""
+    if mask is None:  # causal, queries aligned to the last keys
+        last_key = rows + (n_k - n_q)
+        return torch.arange(n_k, device=rows.device) <= last_key[:, None, :, None]
+    b, r = rows.shape
+    return mask.expand(b, 1, n_q, n_k).gather(2, rows[:, None, :, None].expand(b, 1, r, n_k))
+
+
+def guided_rows_attention(q, k, v, mask, scaling, rows, key_segments, log_alpha) -> torch.Tensor:
+    """softmax(q·kᵀ·s + log α of each passage column + the call's mask)·v of the query rows ``rows``
+    ``[B, R]`` (QUESTION/TAIL rows: no cross-passage zeros), materialised in fp32 at least: ``[B,
+    H, R, D]`` in q's dtype. GQA through a view of q (K and V are not repeated). A row the mask
+    leaves no key gives 0, as FlexAttention does."""
+    (b, h, n_q, d), (n_kv, n_k) = q.shape, k.shape[1:3]
+    r, dtype = rows.shape[1], torch.promote_types(q.dtype, torch.float32)
+    scale = d**-0.5 if scaling is None else scaling
+    q_rows = q.gather(2, rows[:, None, :, None].expand(b, h, r, d)).to(dtype)
+    scores = q_rows.view(b, n_kv, -1, d) @ k.to(dtype).transpose(-1, -2)
+    scores = (
+        scores.view(b, h, r, n_k) * scale + column_log_alpha(key_segments, log_alpha)[:, None, None]
+    )
+    allowed = _allowed_rows(mask, rows, n_q, n_k)
+    probs = scores.masked_fill(~allowed, torch.finfo(dtype).min).softmax(-1)
+    probs = probs * allowed.any(-1, keepdim=True)
+    return (probs.view(b, n_kv, -1, n_k) @ v.to(dtype)).view(b, h, r, d).to(q.dtype)
+
+
+def _put_rows(out: torch.Tensor, rows_out: torch.Tensor, rows, valid) -> torch.Tensor:
+    """``out`` with its rows ``rows`` replaced by ``rows_out`` where ``valid`` (elsewhere kept):
+    a scatter of distinct positions, so each output row has one source and one gradient."""
+    index = rows[:, None, :, None].expand(-1, out.shape[1], -1, out.shape[3])
+    kept = torch.where(valid[:, None, :, None], rows_out, out.gather(2, index))
+    return out.scatter(2, index, kept)
 
 
 @contextlib.contextmanager
@@ -179,12 +257,23 @@ def flex_fused_heads(q, k, v, mask, scaling, query_segments, key_segments, log_a
     q being on CUDA."""
     compiled = q.is_cuda if compiled is None else compiled
     attend = compiled_flex_attention() if compiled else flex_attention
-    block_mask = _cached_block_mask(query_segments, key_segments, mask, log_alpha.shape[-1])
-    score_mod = fusion_score_mod(query_segments, key_segments, log_alpha)
+    segments = (query_segments, key_segments, mask)
+    if ROWS_APART:
+        _cached("slots", *segments, lambda: _check_slots(key_segments, log_alpha.shape[-1]))
+        rows, valid, every_row = _cached("rows", *segments, lambda: guided_rows(query_segments))
+        if rows.shape[1]:
+            rows_out = guided_rows_attention(q, k, v, mask, scaling, rows, key_segments, log_alpha)
+            if every_row:  # a decoding step: its one query is a TAIL row
+                return rows_out
+    block_mask = _cached_block_mask(*segments, log_alpha.shape[-1])
+    score_mod = None if ROWS_APART else fusion_score_mod(query_segments, key_segments, log_alpha)
     with dynamo_enabled(), torch._dynamo.config.patch(recompile_limit=GRAPHS):
-        return attend(
+        out = attend(
             q, k, v, score_mod, block_mask, scale=scaling, enable_gqa=k.shape[1] != q.shape[1]
         )
+    if ROWS_APART and rows.shape[1]:
+        out = _put_rows(out, rows_out, rows, valid)
+    return out
 
 
 def flex_relevance_attention(

@@ -1,0 +1,47 @@
+"""benchmarks/relevance_fusion.py's CUDA variants on the CPU (eager FlexAttention, PyTorch's CPU
+backward guard lifted as in tests/methods/lkg/test_flex.py), a check of the steps a GPU session
+times, not a measurement: each runs forward and backward, and the variants that compute LKG-RALM's
+fusion give the same output."""
+
+import sys
+
+import pytest
+import torch
+import torch.nn.attention.flex_attention as flex_api
+
+from zoomattn.config import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the benchmark imports its siblings by name
+import relevance_fusion  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+SAME_AS = {  # variant: the variant it must equal
+    "flex_all": "bias_all",
+    "flex_all_new_mask": "bias_all",
+    "flex_all_rows_apart": "bias_all",
+    "flex_2of32": "bias_2of32",
+    "flex_2of32_copied": "bias_2of32",
+    "flex_2of32_rows_apart": "bias_2of32",
+}
+ALONE = ("flex_2of32_alone", "flex_2of32_alone_fixed_alpha", "flex_2of32_alone_rows_apart")
+
+
+def test_every_cuda_variant_steps_and_the_fused_ones_equal_the_bias_path(monkeypatch):
+    monkeypatch.setattr(flex_api, "_validate_device", lambda *tensors: None)
+    step, _, n_passages, forward = relevance_fusion._cuda_steps(
+        n=300, heads=32, kv_heads=8, head_dim=16, passage=64, device="cpu"
+    )
+    assert n_passages >= 3
+    assert set(forward) == set(relevance_fusion.CUDA_VARIANTS)
+    for variant in relevance_fusion.CUDA_VARIANTS:
+        step(variant)
+    with torch.no_grad():
+        out = {variant: fn().float() for variant, fn in forward.items()}
+    for variant, reference in SAME_AS.items():
+        torch.testing.assert_close(out[variant], out[reference], atol=2e-2, rtol=2e-2)
+    fused_heads = list(relevance_fusion.TWO_OF_32)
+    for variant in ALONE:
+        torch.testing.assert_close(
+            out[variant], out["bias_2of32"][:, fused_heads], atol=2e-2, rtol=2e-2
+        )
+    assert (out["bias_all"] - out["sdpa"]).abs().max() > 0.1  # the fusion changes the output
