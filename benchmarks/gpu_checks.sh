@@ -52,6 +52,10 @@ step attention 170 $py benchmarks/gpu_paper.py --attention-only --repeats 3 \
 # the rectification kernel under a left-padding mask at 8192 against causal SDPA (the training
 # batches' case), then where its step's time goes: each CUDA kernel's time, beside SDPA's
 step rectify_padded 60 $py benchmarks/rectified_triton.py --lengths 8192 --padded 0.25 --repeats 3
+# where the padded step's memory goes (2.33× SDPA's at 4096 against 1.07× causal, unexplained):
+# each variant's step under the allocator's history, the blocks live at its peak, the snapshots
+step rectify_memory 60 $py benchmarks/rectified_triton.py --lengths 4096 --padded 0.25 --repeats 1 \
+  --memory-trace "$out/memory"
 step rectify_profile 60 $py benchmarks/rectified_triton.py --profile --lengths 8192 --padded 0.25
 # a decoding step (8 queries over a left-padded cache), as evaluation's generation runs it: the
 # fused kernel (on its decode tile), which the dispatch takes for decoding since this showed it

@@ -81,7 +81,8 @@ def measure(n: int, args) -> dict:
     with torch.no_grad():
         error = tile_sweep.rel_error(forwards["triton"](), forwards["stacked"]())
     row = {"n": n, "triton_vs_stacked_rel_error": error}
-    row.update(tile_sweep.timed_variants(step, VARIANTS, args.repeats, DEVICE))
+    trace = args.memory_trace and f"{args.memory_trace}/{n}_padded{args.padded}"
+    row.update(tile_sweep.timed_variants(step, VARIANTS, args.repeats, DEVICE, trace))
     return row
 
 

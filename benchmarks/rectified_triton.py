@@ -87,7 +87,8 @@ def measure(n: int, args) -> dict:
     with torch.no_grad():
         error = tile_sweep.rel_error(forward["fused"](), forward["blockwise"]())
     row = {"n": n, "fused_vs_blockwise_rel_error": error}
-    row.update(tile_sweep.timed_variants(step, VARIANTS, args.repeats, DEVICE))
+    trace = args.memory_trace and f"{args.memory_trace}/{n}_padded{args.padded}"
+    row.update(tile_sweep.timed_variants(step, VARIANTS, args.repeats, DEVICE, trace))
     row["input_mib"] = sum(t.numel() * t.element_size() for t in (q, u, k, v)) / 2**20
     return row
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import statistics
 import time
 
@@ -57,16 +58,60 @@ def peak_mib(fn) -> float:
     return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
+def live_at_peak(trace: list[dict], top: int = 8) -> tuple[float, list[dict]]:
+    """Replaying an allocator trace (``torch.cuda.memory._snapshot()["device_traces"][d]``, events
+    in order): the peak of the bytes allocated during it (MiB), and the ``top`` largest blocks
+    live at that peak, each with its MiB and where our code (zoomattn, benchmarks) allocated it.
+    A block freed but allocated before the trace began is not counted."""
+    live, now, peak, at_peak = {}, 0, 0, {}
+    for event in trace:
+        if event["action"] == "alloc":
+            live[event["addr"]] = event
+            now += event["size"]
+        elif event["action"] in ("free_requested", "free_completed") and event["addr"] in live:
+            now -= live.pop(event["addr"])["size"]
+        if now > peak:
+            peak, at_peak = now, dict(live)
+    blocks = sorted(at_peak.values(), key=lambda e: -e["size"])[:top]
+    return peak / 2**20, [{"mib": e["size"] / 2**20, "where": _ours(e["frames"])} for e in blocks]
+
+
+def _ours(frames: list[dict]) -> str:
+    """The innermost three frames in our code, innermost first (else the innermost frame)."""
+    mine = [f for f in frames if "zoomattn" in f["filename"] or "benchmarks" in f["filename"]]
+    shown = mine[:3] or frames[:1]
+    return " < ".join(f"{os.path.basename(f['filename'])}:{f['line']} {f['name']}" for f in shown)
+
+
+def memory_trace(fn, path: str) -> dict:
+    """One call of ``fn`` under CUDA's allocator history: the snapshot pickled to ``path`` (for
+    pytorch.org/memory_viz or a later look) and ``live_at_peak`` of it."""
+    torch.cuda.synchronize()
+    torch.cuda.memory._record_memory_history(stacks="python", max_entries=200_000)
+    try:
+        fn()
+        torch.cuda.synchronize()
+        snapshot = torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "wb") as f:
+        pickle.dump(snapshot, f)
+    peak, blocks = live_at_peak(snapshot["device_traces"][torch.cuda.current_device()])
+    return {"traced_peak_mib": peak, "live_at_peak": blocks, "snapshot": path}
+
+
 def rel_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
     """‖ours − reference‖ / ‖reference‖ in fp32."""
     ours, reference = ours.float(), reference.float()
     return ((ours - reference).norm() / reference.norm()).item()
 
 
-def timed_variants(step, variants, repeats: int, device: str) -> dict:
+def timed_variants(step, variants, repeats: int, device: str, trace: str | None = None) -> dict:
     """Each variant's ``step(variant)``: its median milliseconds over ``repeats`` rounds, variants
     interleaved after one warm-up each (which compiles the kernels), and on CUDA its peak memory;
-    then every variant but the first (the baseline, plain SDPA) as a ratio to the first."""
+    then every variant but the first (the baseline, plain SDPA) as a ratio to the first. With
+    ``trace`` (a path prefix, CUDA) each variant's step once more under ``memory_trace``."""
     for variant in variants:
         step(variant)
     times = {variant: [] for variant in variants}
@@ -78,6 +123,9 @@ def timed_variants(step, variants, repeats: int, device: str) -> dict:
         row[f"{variant}_ms"] = statistics.median(times[variant])
         if device == "cuda":
             row[f"{variant}_peak_mib_above_inputs"] = peak_mib(lambda v=variant: step(v))
+        if device == "cuda" and trace:
+            path = f"{trace}_{variant}.pickle"
+            row[f"{variant}_memory_trace"] = memory_trace(lambda v=variant: step(v), path)
     for variant in variants[1:]:
         row[f"{variant}_time_vs_{base}"] = row[f"{variant}_ms"] / row[f"{base}_ms"]
         if device == "cuda":
@@ -163,6 +211,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep", action="store_true", help="tune the tile table (see above)")
     p.add_argument("--budget-s", type=float, default=240, help="time for the sweep's candidates")
     p.add_argument("--out", default=None, help="write the sweep's JSON here")
+    p.add_argument("--memory-trace", metavar="DIR", default=None,
+                   help="on CUDA: each variant's step once more under the allocator's "
+                        "history, pickled in DIR, and the blocks live at its peak")  # fmt: skip
     p.add_argument("--smoke", action="store_true",
                    help="the mechanics on the CPU: tiny shape, Triton's interpreter, two "
                         "candidates per kernel in a sweep (times mean nothing)")  # fmt: skip
@@ -171,6 +222,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def device_for(args, script: str) -> str:
     """ "cuda", or with ``--smoke`` "cpu" under Triton's interpreter at a tiny shape (set on args;
     call before triton is first imported)."""
+    if args.smoke and args.memory_trace:
+        raise SystemExit(f"{script}: --memory-trace reads CUDA's allocator, not with --smoke")
     if not args.smoke:
         if not torch.cuda.is_available():
             raise SystemExit(f"{script}: needs a CUDA device (the Triton kernel's)")

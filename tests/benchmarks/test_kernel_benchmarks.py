@@ -45,3 +45,29 @@ def test_rectification_benchmark_runs_each_mode_and_summarises_its_ratios(mode, 
     *rows, summary = _smoke("rectified_triton.py", "--padded", "0.25", *mode)
     assert [r["n"] for r in rows] == [40] and summary["40"][key] > 0
     assert "g=max" in summary["shape"]
+
+
+def test_the_memory_trace_names_the_blocks_live_at_the_allocators_peak():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import tile_sweep
+
+    def event(action, addr, mib=0, where="x.py"):
+        frames = [{"filename": "/site/torch/nn/f.py", "line": 1, "name": "inner"},
+                  {"filename": f"/repo/zoomattn/{where}", "line": 7, "name": "ours"}]  # fmt: skip
+        return {"action": action, "addr": addr, "size": mib * 2**20, "frames": frames}
+
+    trace = [
+        event("free_requested", 99),  # allocated before the trace: not ours to count
+        event("alloc", 1, 64, "a.py"),
+        event("alloc", 2, 16, "b.py"),
+        event("free_requested", 1),
+        event("free_completed", 1),
+        event("alloc", 3, 32, "c.py"),
+        event("alloc", 4, 40, "d.py"),  # the peak: 2, 3 and 4 live (88 MiB)
+        event("free_requested", 4),
+        event("alloc", 5, 8, "e.py"),
+    ]
+    peak, blocks = tile_sweep.live_at_peak(trace, top=2)
+    assert peak == 88
+    assert [b["mib"] for b in blocks] == [40, 32]
+    assert blocks[0]["where"] == "d.py:7 ours"
