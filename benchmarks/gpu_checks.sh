@@ -46,7 +46,9 @@ lane=("$py" -m pytest -q -p no:cacheprovider -rfE --durations=5) # timeout runs 
 step lane_attention 60 "${lane[@]}" tests/gpu/test_attention_on_cuda.py
 step lane_opamp_fused 90 "${lane[@]}" tests/gpu/test_opamp_fused_on_cuda.py
 step lane_rectify_triton 100 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py
-step lane_lkg_flex 130 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py
+# LKG-RALM's file, each way of the fused path apart (each compiles its own flex graphs)
+step lane_lkg_flex 150 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py -k score_mod
+step lane_lkg_rows_apart 150 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py -k rows_apart
 step attention 170 $py benchmarks/gpu_paper.py --attention-only --repeats 3 \
   --lengths 2048 4096 8192 32768 --out "$out"
 # the rectification kernel under a left-padding mask at 8192 against causal SDPA (the training

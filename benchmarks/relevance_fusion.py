@@ -248,13 +248,13 @@ def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, 
     def flex_heads(q, k, v, alpha=log_alpha):  # the fused heads' FlexAttention, as the path's
         return flex.flex_fused_heads(q, k, v, None, None, segments, segments, alpha)
 
-    def rows_apart(fn):  # the path with flex.ROWS_APART on for the forward (backward reads none)
+    def apart(on, fn):  # flex.ROWS_APART pinned for the forward (backward reads it not)
         def run():
-            flex.ROWS_APART = True
+            previous, flex.ROWS_APART = flex.ROWS_APART, on
             try:
                 return fn()
             finally:
-                flex.ROWS_APART = False
+                flex.ROWS_APART = previous
 
         return run
 
@@ -267,15 +267,19 @@ def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, 
         "sdpa": lambda: sdpa(q, k, v),
         "bias_all": lambda: bias(everything),
         "bias_2of32": lambda: bias(TWO_OF_32),
-        "flex_all": lambda: flex_path(everything),
-        "flex_2of32": lambda: flex_path(TWO_OF_32),
-        "flex_2of32_copied": lambda: by_heads(q, k, v, None, None, TWO_OF_32, flex_heads),
-        "flex_2of32_alone": lambda: flex_heads(*two),
-        "flex_2of32_alone_fixed_alpha": lambda: flex_heads(*two, alpha=log_alpha.detach()),
-        "flex_all_new_mask": lambda: flex_path(everything, new_mask=True),
-        "flex_all_rows_apart": rows_apart(lambda: flex_path(everything)),
-        "flex_2of32_rows_apart": rows_apart(lambda: flex_path(TWO_OF_32)),
-        "flex_2of32_alone_rows_apart": rows_apart(lambda: flex_heads(*two)),
+        "flex_all": apart(False, lambda: flex_path(everything)),
+        "flex_2of32": apart(False, lambda: flex_path(TWO_OF_32)),
+        "flex_2of32_copied": apart(
+            False, lambda: by_heads(q, k, v, None, None, TWO_OF_32, flex_heads)
+        ),
+        "flex_2of32_alone": apart(False, lambda: flex_heads(*two)),
+        "flex_2of32_alone_fixed_alpha": apart(
+            False, lambda: flex_heads(*two, alpha=log_alpha.detach())
+        ),
+        "flex_all_new_mask": apart(False, lambda: flex_path(everything, new_mask=True)),
+        "flex_all_rows_apart": apart(True, lambda: flex_path(everything)),
+        "flex_2of32_rows_apart": apart(True, lambda: flex_path(TWO_OF_32)),
+        "flex_2of32_alone_rows_apart": apart(True, lambda: flex_heads(*two)),
     }
 
     def step(variant):
@@ -367,8 +371,8 @@ def main() -> None:
     only = "with --cuda: these variants only, sdpa first (default: every one)"
     p.add_argument("--variants", nargs="+", choices=CUDA_VARIANTS, metavar="VARIANT", help=only)
     args = p.parse_args()
-    if args.variants and args.variants[0] != "sdpa":
-        p.error("--variants: sdpa first, the baseline of every ratio")
+    if args.variants and (not args.cuda or args.variants[0] != "sdpa"):
+        p.error("--variants: with --cuda, sdpa first (the baseline of every ratio)")
     defaults = CUDA_DEFAULTS if args.cuda else CPU_DEFAULTS
     for key, value in defaults.items():
         if getattr(args, key) is None:

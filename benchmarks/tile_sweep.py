@@ -78,7 +78,10 @@ def live_at_peak(trace: list[dict], top: int = 8) -> tuple[float, list[dict]]:
 
 def _ours(frames: list[dict]) -> str:
     """The innermost three frames in our code, innermost first (else the innermost frame)."""
-    mine = [f for f in frames if "zoomattn" in f["filename"] or "benchmarks" in f["filename"]]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    mine = [
+        f for f in frames if f["filename"].startswith(root) and "-packages" not in f["filename"]
+    ]
     shown = mine[:3] or frames[:1]
     return " < ".join(f"{os.path.basename(f['filename'])}:{f['line']} {f['name']}" for f in shown)
 

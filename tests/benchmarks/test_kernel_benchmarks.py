@@ -52,8 +52,9 @@ def test_the_memory_trace_names_the_blocks_live_at_the_allocators_peak():
     import tile_sweep
 
     def event(action, addr, mib=0, where="x.py"):
+        ours = str(ROOT / "zoomattn" / where)
         frames = [{"filename": "/site/torch/nn/f.py", "line": 1, "name": "inner"},
-                  {"filename": f"/repo/zoomattn/{where}", "line": 7, "name": "ours"}]  # fmt: skip
+                  {"filename": ours, "line": 7, "name": "ours"}]  # fmt: skip
         return {"action": action, "addr": addr, "size": mib * 2**20, "frames": frames}
 
     trace = [

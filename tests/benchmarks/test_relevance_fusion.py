@@ -10,6 +10,7 @@ import torch
 import torch.nn.attention.flex_attention as flex_api
 
 from zoomattn.config import ROOT
+from zoomattn.methods.lkg import flex
 
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the benchmark imports its siblings by name
 import relevance_fusion  # noqa: E402
@@ -28,15 +29,19 @@ ALONE = ("flex_2of32_alone", "flex_2of32_alone_fixed_alpha", "flex_2of32_alone_r
 
 def test_every_cuda_variant_steps_and_the_fused_ones_equal_the_bias_path(monkeypatch):
     monkeypatch.setattr(flex_api, "_validate_device", lambda *tensors: None)
+    apart, real = [], flex.guided_rows_attention
+    monkeypatch.setattr(flex, "guided_rows_attention", lambda *a: apart.append(1) or real(*a))
     step, _, n_passages, forward = relevance_fusion._cuda_steps(
         n=300, heads=32, kv_heads=8, head_dim=16, passage=64, device="cpu"
     )
     assert n_passages >= 3
     assert set(forward) == set(relevance_fusion.CUDA_VARIANTS)
     for variant in relevance_fusion.CUDA_VARIANTS:
+        apart.clear()
         step(variant)
-    with torch.no_grad():
-        out = {variant: fn().float() for variant, fn in forward.items()}
+        assert bool(apart) == variant.endswith("rows_apart"), variant
+    # with gradients on, as the steps run: the rows-apart path runs only where log α trains
+    out = {variant: fn().detach().float() for variant, fn in forward.items()}
     for variant, reference in SAME_AS.items():
         torch.testing.assert_close(out[variant], out[reference], atol=2e-2, rtol=2e-2)
     fused_heads = list(relevance_fusion.TWO_OF_32)

@@ -71,22 +71,22 @@ def _values_and_grads(fn, qkv, log_alpha, padded):
     return out, grads
 
 
-def _flex_fn(heads, mask):
+def _flex_fn(heads, mask, segments=SEGMENTS):
     def run(q, k, v, log_alpha):
         return flex.flex_relevance_attention(
-            q, k, v, mask, SCALE, heads, SEGMENTS, SEGMENTS, log_alpha
+            q, k, v, mask, SCALE, heads, segments, segments, log_alpha
         )
 
     return run
 
 
-def _formula_fn(heads, mask):
+def _formula_fn(heads, mask, segments=SEGMENTS):
     """The materialised formula in fp64: softmax(q·kᵀ·s + fusion_bias)·v on the fused heads, plain
     SDPA on the others; padded query rows get a finite bias (their weight is 0)."""
 
     def run(q, k, v, log_alpha):
         q, k, v, log_alpha = (t.double() for t in (q, k, v, log_alpha))
-        bias = fusion_bias(SEGMENTS, SEGMENTS, log_alpha, call_mask(mask, N, N, "cpu"))
+        bias = fusion_bias(segments, segments, log_alpha, call_mask(mask, N, N, "cpu"))
         if mask is not None:
             bias = bias.clone()
             bias[1, :, :PADDING_ROWS] = 0
@@ -184,6 +184,72 @@ def test_a_decoding_step_through_flex_equals_the_formulas_last_row(padded):
     full_mask = _padding_mask() if padded else None
     ref = _formula_fn([0, 2, 3], full_mask)(q, k, v, log_alpha)[:, :, -1:]
     torch.testing.assert_close(step, ref.float(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.usefixtures("rows_apart")
+def test_a_batch_row_without_question_or_answer_rows_equals_the_formula():
+    """Row 1 has no guided row while row 0 has five: with the rows apart, row 1's five slots are
+    fillers that must leave its output as flex gives it."""
+    segments = SEGMENTS.clone()
+    segments[1] = torch.tensor([OTHER] * 3 + [0] * 3 + [1] * 3 + [2] * 3)
+    qkv, log_alpha = _inputs()
+    out, grads = _values_and_grads(_flex_fn([1, 2], None, segments), qkv, log_alpha, False)
+    ref, ref_grads = _values_and_grads(_formula_fn([1, 2], None, segments), qkv, log_alpha, False)
+    torch.testing.assert_close(out, ref.float(), atol=1e-5, rtol=1e-5)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r.float(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.usefixtures("rows_apart")
+@pytest.mark.parametrize("padded", [False, True])
+def test_a_chunk_of_queries_over_a_longer_cache_equals_the_formulas_last_rows(padded):
+    """Chunked prefill: the last 5 queries over all 12 keys (row 1's chunk holds a passage row
+    beside its guided rows), values and gradients; a chunk always comes with its mask (math.sdpa
+    refuses to guess the offset)."""
+    qkv, log_alpha = _inputs()
+    full_mask = _padding_mask() if padded else torch.ones(N, N, dtype=torch.bool).tril()[None, None]
+    chunk_mask = full_mask[:, :, -5:]
+
+    def chunk(q, k, v, log_alpha):
+        return flex.flex_relevance_attention(
+            q[:, :, -5:], k, v, chunk_mask, SCALE, [0, 3], SEGMENTS[:, -5:], SEGMENTS, log_alpha
+        )
+
+    def formula(*inputs):
+        return _formula_fn([0, 3], full_mask)(*inputs)[:, :, -5:]
+
+    out, grads = _values_and_grads(chunk, qkv, log_alpha, False)
+    ref, ref_grads = _values_and_grads(formula, qkv, log_alpha, False)
+    torch.testing.assert_close(out, ref.float(), atol=1e-5, rtol=1e-5)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r.float(), atol=1e-5, rtol=1e-5)
+
+
+def test_rows_apart_only_where_log_alpha_trains_and_skips_flex_when_every_row_is_guided(
+    monkeypatch,
+):
+    """Without log α's gradient (evaluation, generation) the score_mod path runs; with it, a call
+    whose queries are all guided (a TAIL query) never reaches flex."""
+    monkeypatch.setattr(flex, "ROWS_APART", True)
+    qkv, log_alpha = _inputs()
+    q, k, v = qkv
+
+    def step(alpha):
+        return flex.flex_relevance_attention(
+            q[:, :, -1:], k, v, None, SCALE, [0, 2], SEGMENTS[:, -1:], SEGMENTS, alpha
+        )
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("flex ran")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(flex, "flex_attention", refuse)
+        step(log_alpha)  # log α trains: the guided row alone
+    with monkeypatch.context() as patch:
+        patch.setattr(flex, "guided_rows_attention", refuse)
+        with torch.no_grad():
+            step(log_alpha)
+        step(log_alpha.detach())
 
 
 # --- block mask --------------------------------------------------------------------------------

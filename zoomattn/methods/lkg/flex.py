@@ -30,8 +30,12 @@ QUESTION/TAIL rows carry log α, and they are few (the question and the answer, 
 prompt); a query row's output depends on no other row. So with ``ROWS_APART`` flex runs the
 structure alone (``mask_mod``, no ``score_mod``: no captured gradient), and the guided rows are
 computed again exactly, materialised (``guided_rows_attention``: their ``[R, S]`` scores, fp32),
-and put in place; log α's gradient is then an ordinary autograd sum. Decoding steps (one TAIL
-row) skip flex. Off until a GPU run shows it faster than the score_mod path.
+and put in place; log α's gradient is then an ordinary autograd sum. Only where log α trains
+(grad enabled, log α requiring it): evaluation and generation keep the score_mod, which costs no
+atomics without a gradient. Backward keeps per layer one ``[B, H, R, S]`` fp32 tensor and fp32
+copies of the fused heads' K and V: small for a few fused heads and a short question and
+answer, more than the flex path's memory with every head fused and long answers. Off until a
+GPU run shows it faster than the score_mod path.
 """
 
 from __future__ import annotations
@@ -162,18 +166,23 @@ def _cached(name: str, query_segments, key_segments, mask, build):
     return _last[name]
 
 
-def _check_slots(key_segments, n_slots: int) -> None:
+def _check_slots(query_segments, key_segments, mask, n_slots: int) -> None:
     """Every passage has a log α slot (inside the kernel an index past it would read out of
-    bounds)."""
-    if key_segments.numel() and int(key_segments.max()) >= n_slots:
-        raise ValueError(f"lkg: passage {int(key_segments.max())} has no log α ({n_slots} slots)")
+    bounds); checked once per segments and slot count."""
+
+    def check():
+        if key_segments.numel() and int(key_segments.max()) >= n_slots:
+            passage = int(key_segments.max())
+            raise ValueError(f"lkg: passage {passage} has no log α ({n_slots} slots)")
+        return True
+
+    _cached(f"slots {n_slots}", query_segments, key_segments, mask, check)
 
 
-def _cached_block_mask(query_segments, key_segments, mask, n_slots: int) -> BlockMask:
-    """``fusion_block_mask`` through ``_cached``; a new one also checks the log α slots."""
+def _cached_block_mask(query_segments, key_segments, mask) -> BlockMask:
+    """``fusion_block_mask`` through ``_cached``."""
 
     def build():
-        _check_slots(key_segments, n_slots)
         return fusion_block_mask(query_segments, key_segments, mask)
 
     return _cached("block_mask", query_segments, key_segments, mask, build)
@@ -210,13 +219,12 @@ def guided_rows_attention(q, k, v, mask, scaling, rows, key_segments, log_alpha)
     scale = d**-0.5 if scaling is None else scaling
     q_rows = q.gather(2, rows[:, None, :, None].expand(b, h, r, d)).to(dtype)
     scores = q_rows.view(b, n_kv, -1, d) @ k.to(dtype).transpose(-1, -2)
-    scores = (
-        scores.view(b, h, r, n_k) * scale + column_log_alpha(key_segments, log_alpha)[:, None, None]
-    )
+    bias = column_log_alpha(key_segments, log_alpha).to(dtype)[:, None, None]
     allowed = _allowed_rows(mask, rows, n_q, n_k)
+    scores = scores.view(b, h, r, n_k) * scale + bias
     probs = scores.masked_fill(~allowed, torch.finfo(dtype).min).softmax(-1)
-    probs = probs * allowed.any(-1, keepdim=True)
-    return (probs.view(b, n_kv, -1, n_k) @ v.to(dtype)).view(b, h, r, d).to(q.dtype)
+    out = (probs.view(b, n_kv, -1, n_k) @ v.to(dtype)).view(b, h, r, d)  # keeps one [R, S]
+    return (out * allowed.any(-1)[..., None]).to(q.dtype)
 
 
 def _put_rows(out: torch.Tensor, rows_out: torch.Tensor, rows, valid) -> torch.Tensor:
@@ -258,20 +266,22 @@ def flex_fused_heads(q, k, v, mask, scaling, query_segments, key_segments, log_a
     compiled = q.is_cuda if compiled is None else compiled
     attend = compiled_flex_attention() if compiled else flex_attention
     segments = (query_segments, key_segments, mask)
-    if ROWS_APART:
-        _cached("slots", *segments, lambda: _check_slots(key_segments, log_alpha.shape[-1]))
+    _check_slots(*segments, log_alpha.shape[-1])
+    # apart only where log α trains: without its gradient flex's score_mod costs no atomics
+    apart = ROWS_APART and torch.is_grad_enabled() and log_alpha.requires_grad
+    if apart:
         rows, valid, every_row = _cached("rows", *segments, lambda: guided_rows(query_segments))
         if rows.shape[1]:
             rows_out = guided_rows_attention(q, k, v, mask, scaling, rows, key_segments, log_alpha)
-            if every_row:  # a decoding step: its one query is a TAIL row
+            if every_row:  # nothing left for flex
                 return rows_out
-    block_mask = _cached_block_mask(*segments, log_alpha.shape[-1])
-    score_mod = None if ROWS_APART else fusion_score_mod(query_segments, key_segments, log_alpha)
+    block_mask = _cached_block_mask(*segments)
+    score_mod = None if apart else fusion_score_mod(query_segments, key_segments, log_alpha)
     with dynamo_enabled(), torch._dynamo.config.patch(recompile_limit=GRAPHS):
         out = attend(
             q, k, v, score_mod, block_mask, scale=scaling, enable_gqa=k.shape[1] != q.shape[1]
         )
-    if ROWS_APART and rows.shape[1]:
+    if apart and rows.shape[1]:
         out = _put_rows(out, rows_out, rows, valid)
     return out
 
