@@ -17,7 +17,7 @@ built here by evaluating ``mask_mod`` on ``ROWS_PER_CHUNK`` (1024) query rows at
 transient is a ``[B, 1024, S]`` bool, never the whole matrix; its metadata is O(L·S/128²).
 Fully masked tiles (most cross-passage tiles, the causal upper triangle) are skipped by the
 kernel. It depends only on the segments and the mask, so consecutive layers of one forward
-reuse it (``_cached_block_mask``).
+reuse it (``_cached``).
 
 A fully masked row (a left-padded query row) gives 0, as today's SDPA path gives on the CPU.
 Plain (unfused) heads stay on ``math.sdpa``. On CUDA flex_attention runs compiled (eager it is a
@@ -179,15 +179,6 @@ def _check_slots(query_segments, key_segments, mask, n_slots: int) -> None:
     _cached(f"slots {n_slots}", query_segments, key_segments, mask, check)
 
 
-def _cached_block_mask(query_segments, key_segments, mask) -> BlockMask:
-    """``fusion_block_mask`` through ``_cached``."""
-
-    def build():
-        return fusion_block_mask(query_segments, key_segments, mask)
-
-    return _cached("block_mask", query_segments, key_segments, mask, build)
-
-
 def guided_rows(query_segments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """The QUESTION/TAIL query rows of each batch row: their positions first, ascending (``[B, R]``,
     R the most any batch row has, distinct within a row), which of the R are guided (``[B, R]``:
@@ -275,7 +266,7 @@ def flex_fused_heads(q, k, v, mask, scaling, query_segments, key_segments, log_a
             rows_out = guided_rows_attention(q, k, v, mask, scaling, rows, key_segments, log_alpha)
             if every_row:  # nothing left for flex
                 return rows_out
-    block_mask = _cached_block_mask(*segments)
+    block_mask = _cached("block_mask", *segments, lambda: fusion_block_mask(*segments))
     score_mod = None if apart else fusion_score_mod(query_segments, key_segments, log_alpha)
     with dynamo_enabled(), torch._dynamo.config.patch(recompile_limit=GRAPHS):
         out = attend(
