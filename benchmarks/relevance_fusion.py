@@ -21,25 +21,8 @@ as the median of interleaved repeats in one process per length.
 
     python benchmarks/relevance_fusion.py   # -> benchmarks/results/relevance_fusion.{json,md}
 
-``--cuda``: the same step on one GPU in bf16 (defaults: 32 heads, 8 KV heads, head dim 128, 4096
-and 8192 tokens), one process, JSON printed to stdout (one line per cell as it is measured, then
-the table): plain causal SDPA, today's bias path (``bias_all``, ``bias_2of32``: ``fusion_bias`` +
-``relevance_attention``) and FlexAttention (``flex_all``, ``flex_2of32``: ``methods/lkg/flex.py``,
-compiled; the first step of each compiles, outside the measure). The segments are computed once
-(the model does so once per forward); the bias paths build their bias in every step (the model
-builds one per layer); the flex paths reuse their block mask across steps as the model's layers
-do, and ``flex_all_new_mask`` builds it in every step (what one layer per forward would pay).
-``flex_all_rows_apart`` and ``flex_2of32_rows_apart`` are those paths with ``flex.ROWS_APART``
-(the guided rows materialised apart, flex without score_mod). Three more take ``flex_2of32``
-apart: ``flex_2of32_alone`` is the two fused heads' FlexAttention on its own (their q, K, V
-selected outside the step; ``_fixed_alpha``: log α without a gradient, the score_mod's
-captured-tensor gradient left out; ``_rows_apart``: with ``flex.ROWS_APART``),
-``flex_2of32_copied`` the split of the heads as ``kernel.by_heads`` does it (the plain heads' q
-copied, K and V expanded to them, the outputs concatenated and reordered), which the flex path
-used before ``kernel.spliced_by_heads`` (SDPA on every head, the fused heads' outputs put in
-place).
-Time: median of CUDA-event-timed steps; memory: peak allocated during one step above what was
-allocated before it (the inputs).
+``--cuda``: the same step on one GPU in bf16 with FlexAttention beside it
+(``relevance_fusion_cuda.py``, whose docstring lists its variants).
 
     PYTHONPATH=$PWD python benchmarks/relevance_fusion.py --cuda
 """
@@ -52,6 +35,7 @@ import os
 from datetime import date
 from pathlib import Path
 
+import relevance_fusion_cuda
 from measure import median_seconds, peak_mib_above, run_child
 
 VARIANTS = ("sdpa", "fused_all", "fused_2of8", "fused_all_frozen_alpha")
@@ -187,175 +171,6 @@ def report(memory: dict, timed: dict, args) -> tuple[dict, str]:
     return {"meta": meta, "rows": table}, "\n".join(lines) + "\n"
 
 
-CUDA_VARIANTS = (
-    "sdpa",
-    "bias_all",
-    "bias_2of32",
-    "flex_all",
-    "flex_2of32",
-    "flex_2of32_copied",
-    "flex_2of32_alone",
-    "flex_2of32_alone_fixed_alpha",
-    "flex_all_new_mask",
-    "flex_all_rows_apart",
-    "flex_2of32_rows_apart",
-    "flex_2of32_alone_rows_apart",
-)
-TWO_OF_32 = (1, 22)  # two KV groups of 8
-
-
-def _cuda_steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device="cuda"):
-    """The step of every CUDA variant on one set of bf16 inputs, the inputs' MiB, the number of
-    passages, and each variant's forward (``device``: "cpu" for the suite's smoke test, with
-    eager flex)."""
-    import torch
-
-    from zoomattn.attention.math import sdpa
-    from zoomattn.methods.lkg import flex
-    from zoomattn.methods.lkg.kernel import (
-        Boundary,
-        _select,
-        by_heads,
-        call_mask,
-        fusion_bias,
-        relevance_attention,
-        segment_ids,
-    )
-
-    torch.manual_seed(0)
-
-    def projected(h):  # [B, L, H, D] viewed as [B, H, L, D], as the projections leave them
-        x = torch.randn(1, n, h, head_dim, device=device, dtype=torch.bfloat16)
-        return x.transpose(1, 2).requires_grad_(True)
-
-    q, k, v = projected(heads), projected(kv_heads), projected(kv_heads)
-    row, n_passages = layout(n, passage)
-    segments = segment_ids(torch.tensor([row], device=device), Boundary(**MARKERS))
-    log_alpha = torch.randn(1, n_passages, device=device).requires_grad_(True)
-    everything = tuple(range(heads))
-
-    def bias(fused_heads):
-        b = fusion_bias(segments, segments, log_alpha, call_mask(None, n, n, q.device))
-        return relevance_attention(q, k, v, None, None, fused_heads, b)
-
-    def flex_path(fused_heads, new_mask=False):
-        if new_mask:
-            flex._last.clear()
-        return flex.flex_relevance_attention(
-            q, k, v, None, None, fused_heads, segments, segments, log_alpha
-        )
-
-    def flex_heads(q, k, v, alpha=log_alpha):  # the fused heads' FlexAttention, as the path's
-        return flex.flex_fused_heads(q, k, v, None, None, segments, segments, alpha)
-
-    def apart(on, fn):  # flex.ROWS_APART pinned for the forward (backward reads it not)
-        def run():
-            previous, flex.ROWS_APART = flex.ROWS_APART, on
-            try:
-                return fn()
-            finally:
-                flex.ROWS_APART = previous
-
-        return run
-
-    # the fused heads' kernel alone: their q and K/V selected once, outside the timed step
-    two = []
-    if max(TWO_OF_32) < heads:
-        two = [t.detach().requires_grad_(True) for t in _select(q, k, v, list(TWO_OF_32))]
-
-    fns = {
-        "sdpa": lambda: sdpa(q, k, v),
-        "bias_all": lambda: bias(everything),
-        "bias_2of32": lambda: bias(TWO_OF_32),
-        "flex_all": apart(False, lambda: flex_path(everything)),
-        "flex_2of32": apart(False, lambda: flex_path(TWO_OF_32)),
-        "flex_2of32_copied": apart(
-            False, lambda: by_heads(q, k, v, None, None, TWO_OF_32, flex_heads)
-        ),
-        "flex_2of32_alone": apart(False, lambda: flex_heads(*two)),
-        "flex_2of32_alone_fixed_alpha": apart(
-            False, lambda: flex_heads(*two, alpha=log_alpha.detach())
-        ),
-        "flex_all_new_mask": apart(False, lambda: flex_path(everything, new_mask=True)),
-        "flex_all_rows_apart": apart(True, lambda: flex_path(everything)),
-        "flex_2of32_rows_apart": apart(True, lambda: flex_path(TWO_OF_32)),
-        "flex_2of32_alone_rows_apart": apart(True, lambda: flex_heads(*two)),
-    }
-
-    def step(variant):
-        fns[variant]().float().square().mean().backward()
-        for t in (q, k, v, log_alpha, *two):
-            t.grad = None
-
-    inputs_mib = sum(t.numel() * t.element_size() for t in (q, k, v)) / 2**20
-    return step, inputs_mib, n_passages, fns
-
-
-def measure_cuda(variant: str, step, repeats: int) -> dict:
-    import torch
-
-    step(variant)  # compiles the flex paths
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        step(variant)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1000)
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    step(variant)
-    torch.cuda.synchronize()
-    peak = (torch.cuda.max_memory_allocated() - before) / 2**20
-    return {"seconds": sorted(times)[len(times) // 2], "peak_above_inputs_mib": peak}
-
-
-def main_cuda(args) -> None:
-    import torch
-
-    rows = []
-    for n in args.lengths:
-        step, inputs_mib, n_passages, _ = _cuda_steps(
-            n, args.heads, args.kv_heads, args.head_dim, args.passage
-        )
-        cells = {}
-        for variant in args.variants or CUDA_VARIANTS:
-            if "2of32" in variant and max(TWO_OF_32) >= args.heads:
-                continue
-            cells[variant] = measure_cuda(variant, step, args.repeats)
-            line = {"n": n, "variant": variant, "passages": n_passages, **cells[variant]}
-            print(json.dumps(line), flush=True)
-        base = cells["sdpa"]
-        for variant, cell in cells.items():
-            rows.append(
-                {
-                    "n": n,
-                    "variant": variant,
-                    "passages": n_passages,
-                    **cell,
-                    "inputs_mib": inputs_mib,
-                    "time_vs_sdpa": cell["seconds"] / base["seconds"],
-                    "memory_above_inputs_vs_sdpa": cell["peak_above_inputs_mib"]
-                    / base["peak_above_inputs_mib"],
-                }
-            )
-        del step
-        torch.cuda.empty_cache()
-    meta = {
-        "date": date.today().isoformat(),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "shape": f"B=1, heads={args.heads}, kv_heads={args.kv_heads}, "
-        f"head_dim={args.head_dim}, bf16, forward+backward, log α requires grad",
-        "passage_tokens": args.passage,
-        "fused_heads_of_2of32": list(TWO_OF_32),
-        "repeats": args.repeats,
-    }
-    print(json.dumps({"meta": meta, "rows": rows}, indent=1))
-
-
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--cuda", action="store_true", help="bf16 on one GPU (module docstring)")
@@ -369,7 +184,8 @@ def main() -> None:
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=OUT)
     only = "with --cuda: these variants only, sdpa first (default: every one)"
-    p.add_argument("--variants", nargs="+", choices=CUDA_VARIANTS, metavar="VARIANT", help=only)
+    p.add_argument("--variants", nargs="+", choices=relevance_fusion_cuda.VARIANTS,
+                   metavar="VARIANT", help=only)  # fmt: skip
     args = p.parse_args()
     if args.variants and (not args.cuda or args.variants[0] != "sdpa"):
         p.error("--variants: with --cuda, sdpa first (the baseline of every ratio)")
@@ -378,7 +194,7 @@ def main() -> None:
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.cuda:
-        main_cuda(args)
+        relevance_fusion_cuda.main(args)
         return
     if args.child:
         task = json.loads(args.child)

@@ -1,4 +1,4 @@
-"""benchmarks/relevance_fusion.py's CUDA variants on the CPU (eager FlexAttention, PyTorch's CPU
+"""benchmarks/relevance_fusion_cuda.py's variants on the CPU (eager FlexAttention, PyTorch's CPU
 backward guard lifted as in tests/methods/lkg/test_flex.py), a check of the steps a GPU session
 times, not a measurement: each runs forward and backward, and the variants that compute LKG-RALM's
 fusion give the same output."""
@@ -13,7 +13,7 @@ from zoomattn.config import ROOT
 from zoomattn.methods.lkg import flex
 
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the benchmark imports its siblings by name
-import relevance_fusion  # noqa: E402
+import relevance_fusion_cuda  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 SAME_AS = {  # variant: the variant it must equal
@@ -31,12 +31,12 @@ def test_every_cuda_variant_steps_and_the_fused_ones_equal_the_bias_path(monkeyp
     monkeypatch.setattr(flex_api, "_validate_device", lambda *tensors: None)
     apart, real = [], flex.guided_rows_attention
     monkeypatch.setattr(flex, "guided_rows_attention", lambda *a: apart.append(1) or real(*a))
-    step, _, n_passages, forward = relevance_fusion._cuda_steps(
+    step, _, n_passages, forward = relevance_fusion_cuda.steps(
         n=300, heads=32, kv_heads=8, head_dim=16, passage=64, device="cpu"
     )
     assert n_passages >= 3
-    assert set(forward) == set(relevance_fusion.CUDA_VARIANTS)
-    for variant in relevance_fusion.CUDA_VARIANTS:
+    assert set(forward) == set(relevance_fusion_cuda.VARIANTS)
+    for variant in relevance_fusion_cuda.VARIANTS:
         apart.clear()
         step(variant)
         assert bool(apart) == variant.endswith("rows_apart"), variant
@@ -44,7 +44,7 @@ def test_every_cuda_variant_steps_and_the_fused_ones_equal_the_bias_path(monkeyp
     out = {variant: fn().detach().float() for variant, fn in forward.items()}
     for variant, reference in SAME_AS.items():
         torch.testing.assert_close(out[variant], out[reference], atol=2e-2, rtol=2e-2)
-    fused_heads = list(relevance_fusion.TWO_OF_32)
+    fused_heads = list(relevance_fusion_cuda.TWO_OF_32)
     for variant in ALONE:
         torch.testing.assert_close(
             out[variant], out["bias_2of32"][:, fused_heads], atol=2e-2, rtol=2e-2
