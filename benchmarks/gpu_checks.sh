@@ -70,6 +70,10 @@ ab="$py benchmarks/rectified_triton.py"
 step rectify_log_ab 120 bash -c "$ab --lengths 4096 8192 && $ab --libdevice-log --lengths 4096 8192 \
   && $ab --decode 8 --lengths 8192 --padded 0.25 && $ab --libdevice-log --decode 8 --lengths 8192 \
   --padded 0.25"
+# a left-padding mask as bytes (today) against each row's first key (PADDING_STARTS, off until
+# this shows it faster), each in its own process on the same card
+step rectify_starts_ab 100 bash -c "$ab --lengths 4096 8192 --padded 0.25 --repeats 3 \
+  && $ab --padding-starts --lengths 4096 8192 --padded 0.25 --repeats 3"
 # LKG-RALM with 2 of 32 heads fused taken apart (benchmarks/relevance_fusion.py: the flex kernel
 # alone, with and without log α's gradient), and the guided rows apart (flex.ROWS_APART, off until
 # this shows it faster): with 2 of 32 heads and with every head

@@ -193,6 +193,8 @@ def main() -> None:
     p.add_argument("--g", default="max", help="the rectifier g (max, tanh, tanh_plus_x, sigmoid)")
     p.add_argument("--libdevice-log", action="store_true",
                    help="g's logarithm as tl.log, not lg2.approx (libdevice_log.py)")  # fmt: skip
+    p.add_argument("--padding-starts", action="store_true",
+                   help="a left-padding mask as each row's first key (PADDING_STARTS)")  # fmt: skip
     args = p.parse_args()
     global DEVICE, G
     DEVICE, G = tile_sweep.device_for(args, "rectified_triton.py"), args.g
@@ -200,6 +202,10 @@ def main() -> None:
         import libdevice_log
 
         libdevice_log.use_it()
+    if args.padding_starts:
+        from zoomattn.methods.rectify import triton_kernel
+
+        triton_kernel.PADDING_STARTS = True
     if args.sweep:
         return tile_sweep.report_sweep(sweep(args), args.out)
     from zoomattn.methods.rectify.triton_kernel import _tiles
@@ -209,7 +215,8 @@ def main() -> None:
     what = f"B=1, left padding {args.padded}" if args.padded else "B=1, causal"
     what = f"B={args.decode}, decoding steps" if args.decode else f"{what}, fwd+bwd"
     log = "tl.log" if args.libdevice_log or args.smoke else "lg2.approx"
-    tile_sweep.report_lengths(args, run, f"{what}, g={G}, log={log}", DEVICE)
+    what = f"{what}, g={G}, log={log}" + (", padding starts" if args.padding_starts else "")
+    tile_sweep.report_lengths(args, run, what, DEVICE)
 
 
 if __name__ == "__main__":

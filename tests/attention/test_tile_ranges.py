@@ -5,7 +5,7 @@ kernel itself is held to the formula under such masks in test_triton_kernel.py."
 import torch
 
 from tests.methods.rectify.test_kernel import left_padding_mask
-from zoomattn.attention.tile_ranges import tile_ranges
+from zoomattn.attention.tile_ranges import padding_starts, tile_ranges
 
 
 def scattered_mask(n_q, n_k, seed=0):
@@ -46,3 +46,16 @@ def test_tile_ranges_of_a_causal_left_padded_batch_skip_the_padding_and_the_uppe
     visited = (ranges["forward"][..., 1] - ranges["forward"][..., 0]).clamp(min=0) // 16
     assert visited.tolist() == [[1, 2, 3, 4], [0, 1, 2, 3]]  # of 4 key tiles per query tile
     assert ranges["forward"][1].tolist() == [[64, 0], [16, 32], [16, 48], [16, 64]]
+
+
+def test_padding_starts_are_each_rows_first_real_key_for_left_padding_under_causal_only():
+    mask = left_padding_mask([24, 13, 1], 24)  # 0, 11 and 23 padding positions
+    assert padding_starts(mask).tolist() == [0, 11, 23]
+    assert padding_starts(mask).dtype == torch.int32
+    assert padding_starts(mask[:, :, -1:]).tolist() == [0, 11, 23]  # a decoding step's row
+    assert padding_starts(mask[:, :, -5:]).tolist() == [0, 11, 23]  # a chunk over the cache
+    holed = mask.clone()
+    holed[0, 0, -1, 5] = False  # one more key hidden from one row: not left padding
+    assert padding_starts(holed) is None
+    assert padding_starts(scattered_mask(24, 24)) is None
+    assert padding_starts(torch.ones(1, 1, 24, 24, dtype=torch.bool)) is None  # not causal

@@ -39,12 +39,14 @@ def test_a_sweep_out_of_time_keeps_the_table_and_records_every_candidate_untried
 @pytest.mark.parametrize(
     ("mode", "key"),
     [([], "fused_time_vs_sdpa"), (["--decode", "2"], "fused_decode_vs_blockwise"),
-     (["--profile"], "forward_fused_vs_sdpa"), (["--libdevice-log"], "fused_time_vs_sdpa")],
+     (["--profile"], "forward_fused_vs_sdpa"), (["--libdevice-log"], "fused_time_vs_sdpa"),
+     (["--padding-starts"], "fused_time_vs_sdpa")],
 )  # fmt: skip
 def test_rectification_benchmark_runs_each_mode_and_summarises_its_ratios(mode, key):
     *rows, summary = _smoke("rectified_triton.py", "--padded", "0.25", *mode)
     assert [r["n"] for r in rows] == [40] and summary["40"][key] > 0
     assert "g=max" in summary["shape"]
+    assert ("padding starts" in summary["shape"]) == ("--padding-starts" in mode)
 
 
 def test_the_memory_trace_names_the_blocks_live_at_the_allocators_peak():

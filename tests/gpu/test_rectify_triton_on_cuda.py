@@ -77,6 +77,18 @@ def _errors(fn, reference, tensors, rows_ok):
 
 @pytest.mark.parametrize(("name", "scenario", "dtype"), PARAMS)
 def test_fused_rectified_matches_its_materialised_formula_on_cuda(name, scenario, dtype):
+    _check_against_formula(name, scenario, dtype)
+
+
+@pytest.mark.parametrize("scenario", ["padded", "decoding_padded"])
+def test_left_padding_as_each_rows_first_key_matches_the_formula_on_cuda(scenario, monkeypatch):
+    from zoomattn.methods.rectify import triton_kernel
+
+    monkeypatch.setattr(triton_kernel, "PADDING_STARTS", True)
+    _check_against_formula("max", scenario, torch.bfloat16)
+
+
+def _check_against_formula(name, scenario, dtype):
     from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention
 
     tensors, mask = _inputs(scenario, dtype)

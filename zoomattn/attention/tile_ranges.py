@@ -34,6 +34,20 @@ def mask_arg(mask) -> torch.Tensor | None:
     return (mask if mask.stride(-1) == 1 else mask.contiguous()).view(torch.uint8)
 
 
+def padding_starts(mask) -> torch.Tensor | None:
+    """The first real key of each batch row, ``[B]`` int32, where ``mask`` (checked, ``[B, 1, L,
+    S]``) is exactly left padding under causal (queries aligned to the last keys), the training
+    batches' mask: then the kernels test ``start ≤ key ≤ row + S − L`` instead of loading the
+    mask's bytes. None for any other mask. One comparison over the mask (a host sync)."""
+    allowed = mask[:, 0]
+    n_q, n_k = allowed.shape[1:]
+    starts = allowed[:, -1].view(torch.uint8).argmax(-1)  # the last row sees every real key
+    keys = torch.arange(n_k, device=mask.device)
+    last = torch.arange(n_q, device=mask.device)[:, None] + (n_k - n_q)
+    padded_causal = (keys >= starts[:, None, None]) & (keys <= last)
+    return starts.to(torch.int32) if torch.equal(padded_causal, allowed) else None
+
+
 def launch_arg(tensor, placeholder):
     """``tensor``, or where absent a pointer the kernel never reads (its constexpr is off)."""
     return placeholder if tensor is None else tensor

@@ -80,14 +80,20 @@ def online_softmax(
 @triton.jit
 def allowed_keys(offs_m, offs_n, mask_rows, n_q, n_k, offset, CAUSAL: tl.constexpr,
              HAS_MASK: tl.constexpr):  # fmt: skip
-    """Where query rows offs_m may attend to keys offs_n (both branches: one mask)."""
+    """Where query rows offs_m may attend to keys offs_n (both branches: one mask). HAS_MASK 1:
+    the mask's bytes (``mask_rows``: its rows of the tile); 2: left padding under causal, given
+    by the batch row's first real key (``mask_rows``: that one number, once per row of the tile;
+    ``tile_ranges.padding_starts``), no mask bytes loaded."""
     key_exists = offs_n[None, :] < n_k
     allowed = key_exists
-    if CAUSAL:
+    if CAUSAL or HAS_MASK == 2:
         allowed = allowed & (offs_n[None, :] <= offs_m[:, None] + offset)
-    if HAS_MASK:
+    if HAS_MASK == 1:
         in_bounds = (offs_m[:, None] < n_q) & key_exists
         allowed = allowed & (tl.load(mask_rows + offs_n[None, :], mask=in_bounds, other=0) != 0)
+    if HAS_MASK == 2:
+        first_key = tl.load(mask_rows)  # [BLOCK_M, 1], the same number in every row
+        allowed = allowed & (offs_m[:, None] < n_q) & (offs_n[None, :] >= first_key)
     return allowed
 
 

@@ -31,7 +31,15 @@ from zoomattn.methods.rectify.kernel import (
 )
 
 interpreter_or_skip("tests/gpu/test_rectify_triton_on_cuda.py")
+from zoomattn.methods.rectify import triton_kernel  # noqa: E402
 from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention  # noqa: E402
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["mask_bytes", "padding_starts"])
+def padding_starts(request, monkeypatch):
+    """Every test both ways: a left-padding causal mask as bytes, or as each row's first key."""
+    monkeypatch.setattr(triton_kernel, "PADDING_STARTS", request.param)
+    return request.param
 
 N = 24  # 16 + 8: two query tiles and two key tiles, the second ragged
 # name: (B, H, H_kv, L, S, left-padding lengths or None); GQA throughout (2 query heads per KV head)

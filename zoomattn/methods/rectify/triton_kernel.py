@@ -27,7 +27,8 @@ the same two exponentials as g (``triton_tiles``).
 
 Shapes and conventions as ``kernel.py``: q, u ``[B, H, L, D]``, k, v ``[B, H_kv, S, D]`` (query
 head h reads KV head h // (H / H_kv)); mask None (causal prefill when L = S, with the causal
-offset S − L otherwise; one decoding step L = 1 sees every key) or boolean ``[B, 1, L, S]``.
+offset S − L otherwise; one decoding step L = 1 sees every key) or boolean ``[B, 1, L, S]`` (with
+``PADDING_STARTS`` left padding under causal reaches the kernels as each row's first real key).
 fp16/bf16/fp32 inputs; scores, g, softmax and every accumulation in fp32 (fp32 dot products in
 IEEE precision, not TF32). P and dZ enter their dot products with V, dO, Q, U, K in the input
 dtype. P is rounded to it once, as FlashAttention (and so plain SDPA) rounds it, in P·V and
@@ -45,7 +46,13 @@ import triton
 import triton.language as tl
 
 from zoomattn.attention.math import causal_flag, row_dot
-from zoomattn.attention.tile_ranges import check_mask, launch_arg, mask_arg, tile_ranges
+from zoomattn.attention.tile_ranges import (
+    check_mask,
+    launch_arg,
+    mask_arg,
+    padding_starts,
+    tile_ranges,
+)
 from zoomattn.attention.triton_tiles import (
     cast,
     dot,
@@ -60,6 +67,9 @@ from zoomattn.methods.rectify.triton_tiles import G_KINDS, tile_scores
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 DECODE_QUERIES = 16  # calls of at most this many queries run the forward on the ``decode`` tile
+# A left-padding causal mask (the training batches') passed as each batch row's first real key
+# (tile_ranges.padding_starts), not as bytes the kernels load per tile; off until a GPU times it.
+PADDING_STARTS = False
 
 
 @triton.jit
@@ -253,13 +263,18 @@ def _common(q, k, mask, spec: dict) -> tuple[list, list, dict]:
     """Arguments every kernel shares after its tensors: strides and sizes, then constexprs."""
     b, n_heads, n_q, d = q.shape
     n_kv, n_k = k.shape[1], k.shape[2]
-    mask_strides = (0, 0) if mask is None else (mask.stride(0), mask.stride(2))
+    if mask is None:
+        mask_strides, mask_kind = (0, 0), 0
+    elif mask.dim() == 1:  # padding_starts: one number per batch row
+        mask_strides, mask_kind = (1, 0), 2
+    else:
+        mask_strides, mask_kind = (mask.stride(0), mask.stride(2)), 1
     args = [*q.stride(), *k.stride(), *mask_strides]
     sizes = [n_heads // n_kv, n_q, n_k, d, n_k - n_q, spec["scale"], spec["xi"]]
     constexprs = {
         "G_KIND": spec["g_kind"],
         "CAUSAL": spec["causal"],
-        "HAS_MASK": mask is not None,
+        "HAS_MASK": mask_kind,
         "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
         "UPCAST": bool(triton.knobs.runtime.interpret),
         "BLOCK_D": max(16, triton.next_power_of_2(d)),
@@ -279,7 +294,8 @@ class _FusedRectified(torch.autograd.Function):
         o = torch.empty_like(q)
         m = torch.empty(b, n_heads, n_q, device=q.device, dtype=torch.float32)
         l_sum = torch.empty_like(m)
-        mask_bytes = mask_arg(mask)
+        starts = padding_starts(mask) if mask is not None and PADDING_STARTS else None
+        mask_bytes = mask_arg(mask) if starts is None else starts
         ranges = {} if mask is None else tile_ranges(mask, spec["tiles"])
         strides, sizes, constexprs = _common(q, k, mask_bytes, spec)
         tile = spec["tiles"]["forward"]
