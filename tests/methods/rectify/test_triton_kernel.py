@@ -41,6 +41,7 @@ def padding_starts(request, monkeypatch):
     monkeypatch.setattr(triton_kernel, "PADDING_STARTS", request.param)
     return request.param
 
+
 N = 24  # 16 + 8: two query tiles and two key tiles, the second ragged
 # name: (B, H, H_kv, L, S, left-padding lengths or None); GQA throughout (2 query heads per KV head)
 SCENARIOS = {
