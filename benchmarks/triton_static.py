@@ -106,22 +106,27 @@ def opamp_table() -> dict:
 
 
 def rectify_launches(
-    n: int, masked: bool, tiles=None, g="max", dtype=torch.bfloat16, queries=None
+    n: int, masked: bool, tiles=None, g="max", dtype=torch.bfloat16, queries=None, starts=False
 ) -> list[Launch]:
     """The launches of one forward and backward at n tokens; with ``queries`` (a decoding step:
-    that many queries over n keys) the forward only, as generation runs it."""
+    that many queries over n keys) the forward only, as generation runs it; ``starts``: with
+    ``PADDING_STARTS`` (the padding mask as each row's first key)."""
     from zoomattn.methods.rectify import triton_kernel
     from zoomattn.methods.rectify.kernel import Rectifier
 
     q, u = (_projected(queries or n, 32, 128, dtype) for _ in range(2))
     k, v = (_projected(n, 8, 128, dtype) for _ in range(2))
     g = Rectifier(g, 3.0)
-    with recorded(triton_kernel) as launches:
-        out = triton_kernel.fused_rectified_attention(
-            q, u, k, v, g, _mask(n, masked, queries), tiles=tiles or rectify_table()
-        )
-        if queries is None:
-            out.backward(torch.zeros_like(out))
+    previous, triton_kernel.PADDING_STARTS = triton_kernel.PADDING_STARTS, starts
+    try:
+        with recorded(triton_kernel) as launches:
+            out = triton_kernel.fused_rectified_attention(
+                q, u, k, v, g, _mask(n, masked, queries), tiles=tiles or rectify_table()
+            )
+            if queries is None:
+                out.backward(torch.zeros_like(out))
+    finally:
+        triton_kernel.PADDING_STARTS = previous
     return launches
 
 
@@ -231,6 +236,7 @@ def static_rows(
 # ``FUSED_DECODING`` (on) or OpAmp's opt-in ``path="triton"``.
 VARIANTS = [
     *[("rectify", True, {"g": g}) for g in ("tanh", "tanh_plus_x", "sigmoid")],
+    ("rectify", True, {"starts": True}),  # PADDING_STARTS: the mask as each row's first key
     *[(m, True, {"dtype": t}) for m in METHODS for t in (torch.float16, torch.float32)],
     *[(m, masked, {"queries": 1}) for m in METHODS for masked in (True, False)],
 ]

@@ -277,3 +277,32 @@ def test_generation_prefills_a_padded_batch_through_the_fused_kernel_and_decodes
     assert kernels.paths_run() == {"rectify": ran}
     assert torch.equal(fused_tokens, tokens)
     torch.testing.assert_close(fused_logits, logits, atol=1e-5, rtol=1e-5)
+
+
+def test_a_left_padding_mask_reaches_the_kernels_as_first_keys_once_per_mask(monkeypatch):
+    """With PADDING_STARTS, forward and backward get mode 2 (a mask of one row broadcast over the
+    batch included), and the mask is examined once while the same tensor comes back unedited."""
+    monkeypatch.setattr(triton_kernel, "PADDING_STARTS", True)
+    kinds, examined = [], []
+    common, starts = triton_kernel._common, triton_kernel.padding_starts
+
+    def spy_common(q, k, mask, spec):
+        out = common(q, k, mask, spec)
+        kinds.append(out[2]["HAS_MASK"])
+        return out
+
+    monkeypatch.setattr(triton_kernel, "_common", spy_common)
+    monkeypatch.setattr(triton_kernel, "padding_starts", lambda m: examined.append(1) or starts(m))
+    inputs, mask = _scenario("padded", torch.float32)
+    g = Rectifier("max", 3.0)
+    for one_row_mask in (mask, mask[1:]):  # the batch's mask, then row 1's broadcast over both
+        for _ in range(2):  # two layers of one forward
+            out = fused_rectified_attention(*inputs, g, one_row_mask)
+            reference = rectified_attention_materialised(*inputs, g, one_row_mask.expand_as(mask))
+            ok = one_row_mask.expand_as(mask).any(-1, keepdim=True)
+            torch.testing.assert_close(out.where(ok, 0.0), reference.where(ok, 0.0))
+            out.sum().backward()
+    assert kinds == [2] * 8 and len(examined) == 2
+    mask[0, 0, -1, 0] = False  # edited in place: examined again, and no longer left padding
+    fused_rectified_attention(*inputs, g, mask).sum().backward()
+    assert len(examined) == 3 and kinds[-2:] == [1, 1]

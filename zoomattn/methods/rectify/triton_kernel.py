@@ -41,6 +41,8 @@ Hopper (``_tiles``); its speed on an H200, and the sweep that tunes the table, i
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import triton
 import triton.language as tl
@@ -294,7 +296,7 @@ class _FusedRectified(torch.autograd.Function):
         o = torch.empty_like(q)
         m = torch.empty(b, n_heads, n_q, device=q.device, dtype=torch.float32)
         l_sum = torch.empty_like(m)
-        starts = padding_starts(mask) if mask is not None and PADDING_STARTS else None
+        starts = spec.get("padding_starts")
         mask_bytes = mask_arg(mask) if starts is None else starts
         ranges = {} if mask is None else tile_ranges(mask, spec["tiles"])
         strides, sizes, constexprs = _common(q, k, mask_bytes, spec)
@@ -360,4 +362,23 @@ def fused_rectified_attention(
         "causal": bool(causal),
         "tiles": tiles,
     }
-    return _FusedRectified.apply(q, u, k, v, check_mask(mask, q.shape[0], n_q, n_k), spec)
+    checked = check_mask(mask, q.shape[0], n_q, n_k)
+    starts = _cached_padding_starts(mask) if checked is not None and PADDING_STARTS else None
+    if starts is not None:  # a mask of one batch row broadcast over the batch
+        spec["padding_starts"] = starts.expand(q.shape[0]).contiguous()
+    return _FusedRectified.apply(q, u, k, v, checked, spec)
+
+
+_last_starts: dict = {}
+
+
+def _cached_padding_starts(mask) -> torch.Tensor | None:
+    """``padding_starts`` of the caller's mask (checked), remembered while the same mask tensor
+    comes back unchanged (every layer of one forward gets the model's one mask): one host sync per
+    forward, not per layer. Held by a weak reference; an in-place edit (its version) recomputes."""
+    ref, version = _last_starts.get("mask"), _last_starts.get("version")
+    if ref is None or ref() is not mask or version != mask._version:
+        _last_starts.update(
+            mask=weakref.ref(mask), version=mask._version, starts=padding_starts(mask)
+        )
+    return _last_starts["starts"]
