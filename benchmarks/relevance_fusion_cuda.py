@@ -81,7 +81,7 @@ def steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device
 
     def flex_path(fused_heads, new_mask=False):
         if new_mask:
-            flex._last.clear()
+            flex._layouts.clear()
         return flex.flex_relevance_attention(
             q, k, v, None, None, fused_heads, segments, segments, log_alpha
         )

@@ -17,7 +17,7 @@ built here by evaluating ``mask_mod`` on ``ROWS_PER_CHUNK`` (1024) query rows at
 transient is a ``[B, 1024, S]`` bool, never the whole matrix; its metadata is O(L·S/128²).
 Fully masked tiles (most cross-passage tiles, the causal upper triangle) are skipped by the
 kernel. It depends only on the segments and the mask, so consecutive layers of one forward
-reuse it (``_cached``).
+reuse it (``attention.reuse.SameTensors``).
 
 A fully masked row (a left-padded query row) gives 0, as today's SDPA path gives on the CPU.
 Plain (unfused) heads stay on ``math.sdpa``. On CUDA flex_attention runs compiled (eager it is a
@@ -43,13 +43,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import weakref
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
+from zoomattn.attention.reuse import SameTensors
 from zoomattn.methods.lkg.kernel import QUESTION, spliced_by_heads
 
 BLOCK = 128  # FlexAttention's default tile
@@ -146,24 +146,8 @@ def _ordered(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return count, columns.to(torch.int32)
 
 
-_last: dict[str, object] = {}
-
-
-def _cached(name: str, query_segments, key_segments, mask, build):
-    """``build()``, reused while the same segment and mask tensors come back (every layer of one
-    forward, and the recomputation of gradient checkpointing): the block mask, the guided rows.
-    Held by weak references: the cache never keeps a mask alive."""
-    key = (query_segments, key_segments, mask)
-    refs = _last.get("refs")
-    if refs is None or not all(
-        (r is None and t is None) or (r is not None and r() is t)
-        for r, t in zip(refs, key, strict=True)
-    ):
-        _last.clear()
-        _last["refs"] = tuple(None if t is None else weakref.ref(t) for t in key)
-    if name not in _last:
-        _last[name] = build()
-    return _last[name]
+# what the fused heads derive from the segments and the mask, for every layer of one forward
+_layouts = SameTensors()
 
 
 def _check_slots(query_segments, key_segments, mask, n_slots: int) -> None:
@@ -176,7 +160,7 @@ def _check_slots(query_segments, key_segments, mask, n_slots: int) -> None:
             raise ValueError(f"lkg: passage {passage} has no log α ({n_slots} slots)")
         return True
 
-    _cached(f"slots {n_slots}", query_segments, key_segments, mask, check)
+    _layouts.get(f"slots {n_slots}", (query_segments, key_segments, mask), check)
 
 
 def guided_rows(query_segments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
@@ -261,12 +245,12 @@ def flex_fused_heads(q, k, v, mask, scaling, query_segments, key_segments, log_a
     # apart only where log α trains: without its gradient flex's score_mod costs no atomics
     apart = ROWS_APART and torch.is_grad_enabled() and log_alpha.requires_grad
     if apart:
-        rows, valid, every_row = _cached("rows", *segments, lambda: guided_rows(query_segments))
+        rows, valid, every_row = _layouts.get("rows", segments, lambda: guided_rows(query_segments))
         if rows.shape[1]:
             rows_out = guided_rows_attention(q, k, v, mask, scaling, rows, key_segments, log_alpha)
             if every_row:  # nothing left for flex
                 return rows_out
-    block_mask = _cached("block_mask", *segments, lambda: fusion_block_mask(*segments))
+    block_mask = _layouts.get("block_mask", segments, lambda: fusion_block_mask(*segments))
     score_mod = None if apart else fusion_score_mod(query_segments, key_segments, log_alpha)
     with dynamo_enabled(), torch._dynamo.config.patch(recompile_limit=GRAPHS):
         out = attend(

@@ -41,13 +41,12 @@ Hopper (``_tiles``); its speed on an H200, and the sweep that tunes the table, i
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 import triton
 import triton.language as tl
 
 from zoomattn.attention.math import causal_flag, row_dot
+from zoomattn.attention.reuse import SameTensors
 from zoomattn.attention.tile_ranges import (
     check_mask,
     launch_arg,
@@ -72,6 +71,7 @@ DECODE_QUERIES = 16  # calls of at most this many queries run the forward on the
 # A left-padding causal mask (the training batches') passed as each batch row's first real key
 # (tile_ranges.padding_starts), not as bytes the kernels load per tile; off until a GPU times it.
 PADDING_STARTS = False
+_starts = SameTensors()  # the padding mask's first keys, for every layer of one forward
 
 
 @triton.jit
@@ -363,22 +363,9 @@ def fused_rectified_attention(
         "tiles": tiles,
     }
     checked = check_mask(mask, q.shape[0], n_q, n_k)
-    starts = _cached_padding_starts(mask) if checked is not None and PADDING_STARTS else None
+    starts = None
+    if checked is not None and PADDING_STARTS:  # one comparison (a host sync) per mask
+        starts = _starts.get("starts", (mask,), lambda: padding_starts(mask))
     if starts is not None:  # a mask of one batch row broadcast over the batch
         spec["padding_starts"] = starts.expand(q.shape[0]).contiguous()
     return _FusedRectified.apply(q, u, k, v, checked, spec)
-
-
-_last_starts: dict = {}
-
-
-def _cached_padding_starts(mask) -> torch.Tensor | None:
-    """``padding_starts`` of the caller's mask (checked), remembered while the same mask tensor
-    comes back unchanged (every layer of one forward gets the model's one mask): one host sync per
-    forward, not per layer. Held by a weak reference; an in-place edit (its version) recomputes."""
-    ref, version = _last_starts.get("mask"), _last_starts.get("version")
-    if ref is None or ref() is not mask or version != mask._version:
-        _last_starts.update(
-            mask=weakref.ref(mask), version=mask._version, starts=padding_starts(mask)
-        )
-    return _last_starts["starts"]
