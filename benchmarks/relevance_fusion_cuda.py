@@ -133,24 +133,15 @@ def steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device
 
 
 def measure(variant: str, step, repeats: int) -> dict:
-    import torch
+    """Median seconds of ``step(variant)`` over ``repeats`` after one call (which compiles the flex
+    paths), and its peak memory above what was allocated before it: ``tile_sweep``'s timers."""
+    import tile_sweep  # imports torch: here, so the CPU benchmark's parent stays without it
 
-    step(variant)  # compiles the flex paths
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        step(variant)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1000)
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    step(variant)
-    torch.cuda.synchronize()
-    peak = (torch.cuda.max_memory_allocated() - before) / 2**20
-    return {"seconds": sorted(times)[len(times) // 2], "peak_above_inputs_mib": peak}
+    ms = tile_sweep.median_ms(lambda: step(variant), repeats, "cuda")
+    return {
+        "seconds": ms / 1000,
+        "peak_above_inputs_mib": tile_sweep.peak_mib(lambda: step(variant)),
+    }
 
 
 def main(args) -> None:
