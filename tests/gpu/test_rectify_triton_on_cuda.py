@@ -2,8 +2,8 @@
 CUDA against the materialised formula in fp64 on the same inputs, values and gradients of q, u, k,
 v, at a moderate size (L = 512, D = 128, 8 query heads over 2 KV heads): fp32 to 1e-5, bf16 within
 1.5× plain bf16 SDPA's error on the same device; causal prefill, left padding, one decoding step
-with and without a padded cache;
-and the dispatch under ``attention_kernels: fused``."""
+with and without a padded cache; the switches off by default (a padding mask as first keys,
+dK/dV's tiles as [keys, queries]); and the dispatch under ``attention_kernels: fused``."""
 
 import pytest
 import torch
@@ -88,7 +88,21 @@ def test_left_padding_as_each_rows_first_key_matches_the_formula_on_cuda(scenari
     _check_against_formula("max", scenario, torch.bfloat16)
 
 
-def _check_against_formula(name, scenario, dtype):
+@pytest.mark.parametrize(
+    ("kv", "scenario", "dtype"),
+    [((16, 64, 4, 2), "padded", torch.bfloat16), ((16, 128, 8, 2), "padded", torch.bfloat16),
+     ((16, 64, 4, 2), "causal_prefill", torch.bfloat16), ((16, 64, 4, 2), "padded", torch.float32)],
+)  # fmt: skip
+def test_dk_dv_as_key_rows_matches_the_formula_on_cuda(kv, scenario, dtype, monkeypatch):
+    """KV_KEYS_AS_ROWS at the 64- and 128-key tiles the GPU A/B times (gpu_checks.sh)."""
+    from zoomattn.methods.rectify import triton_kernel
+
+    monkeypatch.setattr(triton_kernel, "KV_KEYS_AS_ROWS", True)
+    tiles = {**triton_kernel._tiles(HEAD_DIM, torch.device(DEVICE)), "kv": kv}
+    _check_against_formula("max", scenario, dtype, tiles)
+
+
+def _check_against_formula(name, scenario, dtype, tiles=None):
     from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention
 
     tensors, mask = _inputs(scenario, dtype)
@@ -96,7 +110,7 @@ def _check_against_formula(name, scenario, dtype):
     ok = torch.ones((), dtype=torch.bool, device=DEVICE)
     ok = ok if mask is None else mask.any(-1, keepdim=True)
     out_error, grad_error = _errors(
-        lambda *t: fused_rectified_attention(*t, g, mask),
+        lambda *t: fused_rectified_attention(*t, g, mask, tiles=tiles),
         lambda *t: rectified_attention_materialised(*t, g, mask),
         tensors,
         ok,

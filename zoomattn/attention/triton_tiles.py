@@ -11,13 +11,15 @@ import triton.language as tl
 
 
 @triton.jit
-def dot(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """a @ b accumulated in fp32. UPCAST (Triton's interpreter only, whose dot multiplies bf16
-    bit patterns as integers) computes it in fp32: bf16 products are exact in fp32, so the result
-    is the GPU's up to the order of the sums."""
+def dot(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr, acc=None):
+    """a @ b accumulated in fp32, added to ``acc`` where given: the product accumulates into it
+    in place (``acc += dot(...)`` would hold the product in a second fp32 tile of registers).
+    UPCAST (Triton's interpreter only, whose dot multiplies bf16 bit patterns as integers)
+    computes it in fp32: bf16 products are exact in fp32, so the result is the GPU's up to the
+    order of the sums."""
     if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    return tl.dot(a, b, input_precision=PRECISION)
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, b, acc, input_precision=PRECISION)
 
 
 @triton.jit
@@ -33,21 +35,21 @@ def cast(x, dtype: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def dot_split(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """a @ b for fp32 a (probabilities, score gradients) and b in the input dtype: a is rounded to
-    b's dtype in two parts, hi + lo, so the product keeps ~16 bits of a, not bf16's 8."""
+def dot_split(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr, acc=None):
+    """(acc +) a @ b for fp32 a (probabilities, score gradients) and b in the input dtype: a is
+    rounded to b's dtype in two parts, hi + lo, so the product keeps ~16 bits of a, not bf16's 8."""
     hi = cast(a, b.dtype, UPCAST)
     if b.dtype == tl.float32:
-        return dot(hi, b, PRECISION, UPCAST)
+        return dot(hi, b, PRECISION, UPCAST, acc)
     lo = cast(a - hi.to(tl.float32), b.dtype, UPCAST)
-    return dot(hi, b, PRECISION, UPCAST) + dot(lo, b, PRECISION, UPCAST)
+    return dot(lo, b, PRECISION, UPCAST, dot(hi, b, PRECISION, UPCAST, acc))
 
 
 @triton.jit
-def dot_rounded(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """a @ b for fp32 a (probabilities, score gradients) rounded once to b's dtype, as
+def dot_rounded(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr, acc=None):
+    """(acc +) a @ b for fp32 a (probabilities, score gradients) rounded once to b's dtype, as
     FlashAttention does (``dot_split`` keeps twice the bits, at twice the products)."""
-    return dot(cast(a, b.dtype, UPCAST), b, PRECISION, UPCAST)
+    return dot(cast(a, b.dtype, UPCAST), b, PRECISION, UPCAST, acc)
 
 
 @triton.jit
@@ -70,30 +72,33 @@ def online_softmax(
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp(m_i - m_safe)
     p = tl.exp(z - m_safe[:, None])
+    acc = acc * alpha[:, None]
     if SPLIT:
-        pv = dot_split(p, v, PRECISION, UPCAST)
+        acc = dot_split(p, v, PRECISION, UPCAST, acc)
     else:
-        pv = dot_rounded(p, v, PRECISION, UPCAST)
-    return m_new, l_i * alpha + tl.sum(p, 1), acc * alpha[:, None] + pv
+        acc = dot_rounded(p, v, PRECISION, UPCAST, acc)
+    return m_new, l_i * alpha + tl.sum(p, 1), acc
 
 
 @triton.jit
-def allowed_keys(offs_m, offs_n, mask_rows, n_q, n_k, offset, CAUSAL: tl.constexpr,
+def allowed_keys(rows, keys, mask_rows, n_q, n_k, offset, CAUSAL: tl.constexpr,
              HAS_MASK: tl.constexpr):  # fmt: skip
-    """Where query rows offs_m may attend to keys offs_n (both branches: one mask). HAS_MASK 1:
-    the mask's bytes (``mask_rows``: its rows of the tile); 2: left padding under causal, given
-    by the batch row's first real key (``mask_rows``: that one number, once per row of the tile;
-    ``tile_ranges.padding_starts``), no mask bytes loaded."""
-    key_exists = offs_n[None, :] < n_k
+    """Where query rows may attend to keys (both branches: one mask), in the orientation of the
+    2-D index tensors ``rows`` and ``keys``: ``offs_m[:, None]`` and ``offs_n[None, :]`` give a
+    [BLOCK_M, BLOCK_N] tile, ``offs_m[None, :]`` and ``offs_n[:, None]`` its transpose. HAS_MASK 1:
+    the mask's bytes (``mask_rows``: pointers to its rows, shaped as ``rows``); 2: left padding
+    under causal, given by the batch row's first real key (``mask_rows``: that one number, once
+    per row; ``tile_ranges.padding_starts``), no mask bytes loaded."""
+    key_exists = keys < n_k
     allowed = key_exists
     if CAUSAL or HAS_MASK == 2:
-        allowed = allowed & (offs_n[None, :] <= offs_m[:, None] + offset)
+        allowed = allowed & (keys <= rows + offset)
     if HAS_MASK == 1:
-        in_bounds = (offs_m[:, None] < n_q) & key_exists
-        allowed = allowed & (tl.load(mask_rows + offs_n[None, :], mask=in_bounds, other=0) != 0)
+        in_bounds = (rows < n_q) & key_exists
+        allowed = allowed & (tl.load(mask_rows + keys, mask=in_bounds, other=0) != 0)
     if HAS_MASK == 2:
-        first_key = tl.load(mask_rows)  # [BLOCK_M, 1], the same number in every row
-        allowed = allowed & (offs_m[:, None] < n_q) & (offs_n[None, :] >= first_key)
+        first_key = tl.load(mask_rows)  # shaped as rows, the same number in every row
+        allowed = allowed & (rows < n_q) & (keys >= first_key)
     return allowed
 
 

@@ -42,6 +42,13 @@ def padding_starts(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(autouse=True, params=[False, True], ids=["kv_queries_as_rows", "kv_keys_as_rows"])
+def kv_keys_as_rows(request, monkeypatch):
+    """Every test both ways: dK/dV's tiles as [queries, keys] or as [keys, queries]."""
+    monkeypatch.setattr(triton_kernel, "KV_KEYS_AS_ROWS", request.param)
+    return request.param
+
+
 N = 24  # 16 + 8: two query tiles and two key tiles, the second ragged
 # name: (B, H, H_kv, L, S, left-padding lengths or None); GQA throughout (2 query heads per KV head)
 SCENARIOS = {

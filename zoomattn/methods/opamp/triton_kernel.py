@@ -100,7 +100,9 @@ def _forward(
         k1 = tl.load(K + k_cols + n_kv * sk_h, mask=cols_ok, other=0.0)
         v_cols, _v_ok = tile(b, h // group, offs_n, offs_d, sv_b, sv_h, sv_l, sv_d, n_k, head_dim)
         v = tl.load(V + v_cols, mask=cols_ok, other=0.0)
-        allowed = allowed_keys(offs_m, offs_n, mask_rows, n_q, n_k, offset, CAUSAL, HAS_MASK)
+        allowed = allowed_keys(
+            offs_m[:, None], offs_n[None, :], mask_rows, n_q, n_k, offset, CAUSAL, HAS_MASK
+        )
         z0 = scores(q0, k0, allowed, scale, PRECISION, UPCAST)
         z1 = scores(q1, k1, allowed, scale, PRECISION, UPCAST)
         m0, l0, acc0 = online_softmax(z0, m0, l0, acc0, v, True, PRECISION, UPCAST)
@@ -159,15 +161,15 @@ def _backward_kv(
             delta0 = tl.load(DELTA + stats0, mask=ok, other=0.0)
             delta1 = tl.load(DELTA + stats0 + n_heads * n_q, mask=ok, other=0.0)
             allowed = allowed_keys(
-                offs_m, offs_n, MASK + b * sm_b + offs_m[:, None] * sm_l, n_q, n_k, offset,
-                CAUSAL, HAS_MASK,
+                offs_m[:, None], offs_n[None, :], MASK + b * sm_b + offs_m[:, None] * sm_l,
+                n_q, n_k, offset, CAUSAL, HAS_MASK,
             )  # fmt: skip
             p0 = tl.exp(scores(q0, k0, allowed, scale, PRECISION, UPCAST) - lse0[:, None])
             p1 = tl.exp(scores(q1, k1, allowed, scale, PRECISION, UPCAST) - lse1[:, None])
-            dv += dot_rounded(tl.trans(p0 * w0 + p1 * w1), do, PRECISION, UPCAST)
+            dv = dot_rounded(tl.trans(p0 * w0 + p1 * w1), do, PRECISION, UPCAST, dv)
             dp = dot(do, tl.trans(v), PRECISION, UPCAST)  # shared by the branches
-            dk0 += dot_rounded(tl.trans(p0 * (dp - delta0[:, None])), q0, PRECISION, UPCAST)
-            dk1 += dot_rounded(tl.trans(p1 * (dp - delta1[:, None])), q1, PRECISION, UPCAST)
+            dk0 = dot_rounded(tl.trans(p0 * (dp - delta0[:, None])), q0, PRECISION, UPCAST, dk0)
+            dk1 = dot_rounded(tl.trans(p1 * (dp - delta1[:, None])), q1, PRECISION, UPCAST, dk1)
     tl.store(DK + k_cols0, cast(dk0 * scale, DK.dtype.element_ty, UPCAST), mask=cols_ok)
     tl.store(DK + k_cols1, cast(dk1 * scale, DK.dtype.element_ty, UPCAST), mask=cols_ok)
     tl.store(DV + v_cols, cast(dv, DV.dtype.element_ty, UPCAST), mask=cols_ok)
@@ -210,12 +212,14 @@ def _backward_q(
         k1 = tl.load(K + k_cols + n_kv * sk_h, mask=cols_ok, other=0.0)
         v_cols, _v_ok = tile(b, h // group, offs_n, offs_d, sv_b, sv_h, sv_l, sv_d, n_k, head_dim)
         v = tl.load(V + v_cols, mask=cols_ok, other=0.0)
-        allowed = allowed_keys(offs_m, offs_n, mask_rows, n_q, n_k, offset, CAUSAL, HAS_MASK)
+        allowed = allowed_keys(
+            offs_m[:, None], offs_n[None, :], mask_rows, n_q, n_k, offset, CAUSAL, HAS_MASK
+        )
         p0 = tl.exp(scores(q0, k0, allowed, scale, PRECISION, UPCAST) - lse0[:, None])
         p1 = tl.exp(scores(q1, k1, allowed, scale, PRECISION, UPCAST) - lse1[:, None])
         dp = dot(do, tl.trans(v), PRECISION, UPCAST)  # shared by the branches
-        dq0 += dot_rounded(p0 * (dp - delta0[:, None]), k0, PRECISION, UPCAST)
-        dq1 += dot_rounded(p1 * (dp - delta1[:, None]), k1, PRECISION, UPCAST)
+        dq0 = dot_rounded(p0 * (dp - delta0[:, None]), k0, PRECISION, UPCAST, dq0)
+        dq1 = dot_rounded(p1 * (dp - delta1[:, None]), k1, PRECISION, UPCAST, dq1)
     tl.store(DQ + rows0, cast(dq0 * scale, DQ.dtype.element_ty, UPCAST), mask=rows_ok)
     tl.store(DQ + rows1, cast(dq1 * scale, DQ.dtype.element_ty, UPCAST), mask=rows_ok)
 

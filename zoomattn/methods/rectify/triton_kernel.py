@@ -72,6 +72,11 @@ DECODE_QUERIES = 16  # calls of at most this many queries run the forward on the
 # (tile_ranges.padding_starts), not as bytes the kernels load per tile; off until a GPU times it.
 PADDING_STARTS = False
 _starts = SameTensors()  # the padding mask's first keys, for every layer of one forward
+# dK/dV's tiles computed as [keys, queries], k·qᵀ, as Triton's fused-attention tutorial and
+# FlashAttention-2 compute them: P and dZ then enter Pᵀ·dO and dZᵀ·Q as they are, where the
+# [queries, keys] tile is transposed in registers (through shared memory) three times per tile.
+# Off until a GPU times it.
+KV_KEYS_AS_ROWS = False
 
 
 @triton.jit
@@ -103,7 +108,7 @@ def _forward(
         v = tl.load(V + cols, mask=cols_ok, other=0.0)
         z, _, _ = tile_scores(
             q, u, k, offs_m, offs_n, mask_rows, n_q, n_k, offset, scale, xi,
-            G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST,
+            G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST, False,
         )  # fmt: skip
         m_i, l_i, acc = online_softmax(z, m_i, l_i, acc, v, False, PRECISION, UPCAST)
     empty = l_i == 0.0  # a row the mask leaves no key: output 0, and p = 0 in backward
@@ -122,7 +127,7 @@ def _backward_kv(
     sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, so_b, so_h, so_l, so_d, sm_b, sm_l,
     n_kv, group, n_q, n_k, head_dim, offset, scale, xi,
     G_KIND: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, KEYS_AS_ROWS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     """dK and dV of one key tile of one KV head: over its group's query heads and query tiles."""
@@ -149,16 +154,30 @@ def _backward_kv(
             m = tl.load(M + stats, mask=offs_m < n_q, other=0.0)
             inv_l = 1.0 / tl.load(L + stats, mask=offs_m < n_q, other=1.0)
             delta = tl.load(DELTA + stats, mask=offs_m < n_q, other=0.0)
-            z, dg, allowed = tile_scores(
-                q, u, k, offs_m, offs_n, MASK + b * sm_b + offs_m[:, None] * sm_l,
-                n_q, n_k, offset, scale, xi, G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST,
-            )  # fmt: skip
-            p = tl.exp(z - m[:, None]) * inv_l[:, None]
-            dv += dot_rounded(tl.trans(p), do, PRECISION, UPCAST)
-            dp = dot(do, tl.trans(v), PRECISION, UPCAST)
-            dz = tl.where(allowed, p * (dp - delta[:, None]), 0.0)
-            dk += dot_split(tl.trans(dz), q, PRECISION, UPCAST)
-            dk += dot_split(tl.trans(dz * dg), u, PRECISION, UPCAST)
+            if KEYS_AS_ROWS:  # [BLOCK_N, BLOCK_M] tiles: Pᵀ and dZᵀ as dV and dK take them
+                mask_rows = MASK + b * sm_b + offs_m[None, :] * sm_l
+                zt, dgt, allowed_t = tile_scores(
+                    q, u, k, offs_m, offs_n, mask_rows, n_q, n_k, offset, scale, xi,
+                    G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST, True,
+                )  # fmt: skip
+                pt = tl.exp(zt - m[None, :]) * inv_l[None, :]
+                dv = dot_rounded(pt, do, PRECISION, UPCAST, dv)
+                dpt = dot(v, tl.trans(do), PRECISION, UPCAST)
+                dzt = tl.where(allowed_t, pt * (dpt - delta[None, :]), 0.0)
+                dk = dot_split(dzt, q, PRECISION, UPCAST, dk)
+                dk = dot_split(dzt * dgt, u, PRECISION, UPCAST, dk)
+            else:
+                mask_rows = MASK + b * sm_b + offs_m[:, None] * sm_l
+                z, dg, allowed = tile_scores(
+                    q, u, k, offs_m, offs_n, mask_rows, n_q, n_k, offset, scale, xi,
+                    G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST, False,
+                )  # fmt: skip
+                p = tl.exp(z - m[:, None]) * inv_l[:, None]
+                dv = dot_rounded(tl.trans(p), do, PRECISION, UPCAST, dv)
+                dp = dot(do, tl.trans(v), PRECISION, UPCAST)
+                dz = tl.where(allowed, p * (dp - delta[:, None]), 0.0)
+                dk = dot_split(tl.trans(dz), q, PRECISION, UPCAST, dk)
+                dk = dot_split(tl.trans(dz * dg), u, PRECISION, UPCAST, dk)
     tl.store(DK + cols, cast(dk * scale, DK.dtype.element_ty, UPCAST), mask=cols_ok)
     tl.store(DV + cols, cast(dv, DV.dtype.element_ty, UPCAST), mask=cols_ok)
 
@@ -197,13 +216,13 @@ def _backward_q(
         v = tl.load(V + cols, mask=cols_ok, other=0.0)
         z, dg, allowed = tile_scores(
             q, u, k, offs_m, offs_n, mask_rows, n_q, n_k, offset, scale, xi,
-            G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST,
+            G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST, False,
         )  # fmt: skip
         p = tl.exp(z - m[:, None]) * inv_l[:, None]
         dp = dot(do, tl.trans(v), PRECISION, UPCAST)
         dz = tl.where(allowed, p * (dp - delta[:, None]), 0.0)
-        dq += dot_split(dz, k, PRECISION, UPCAST)
-        du += dot_split(dz * dg, k, PRECISION, UPCAST)
+        dq = dot_split(dz, k, PRECISION, UPCAST, dq)
+        du = dot_split(dz * dg, k, PRECISION, UPCAST, du)
     tl.store(DQ + rows, cast(dq * scale, DQ.dtype.element_ty, UPCAST), mask=rows_ok)
     tl.store(DU + rows, cast(du * scale, DU.dtype.element_ty, UPCAST), mask=rows_ok)
 
@@ -326,7 +345,8 @@ class _FusedRectified(torch.autograd.Function):
         tile = spec["tiles"]["kv"]
         _backward_kv[(triton.cdiv(n_k, tile[1]), b * n_kv)](
             q, u, k, v, do, m, l_sum, delta, dk, dv, mask_bytes, launch_arg(ranges.get("kv"), q),
-            *strides, n_kv, *sizes, **constexprs, **_launch_options(tile),
+            *strides, n_kv, *sizes, **constexprs, KEYS_AS_ROWS=KV_KEYS_AS_ROWS,
+            **_launch_options(tile),
         )  # fmt: skip
         tile = spec["tiles"]["q"]
         _backward_q[(triton.cdiv(n_q, tile[0]), b * n_heads)](

@@ -85,16 +85,25 @@ def rectifier(x, xi, G_KIND: tl.constexpr, INTERPRETED: tl.constexpr):
 def tile_scores(
     q, u, k, offs_m, offs_n, mask_rows, n_q, n_k, offset, scale, xi,
     G_KIND: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, KEYS_AS_ROWS: tl.constexpr,
 ):  # fmt: skip
     """Scores z = q·kᵀ·s + g(u·kᵀ·s) of a [BLOCK_M, BLOCK_N] tile, masked, with g′ and where
-    attention is allowed. Disallowed keys, and keys past the end, score −inf: a row that allows
+    attention is allowed; KEYS_AS_ROWS: the transposed [BLOCK_N, BLOCK_M] tile, k·qᵀ, in the
+    orientation of dK and dV (their products then take it as it is, with no transposition of a
+    tile in registers). Disallowed keys, and keys past the end, score −inf: a row that allows
     some key gets the reference's probabilities (its masked_fill with finfo.min underflows to the
     same 0), and a row that allows none stays empty (output 0, as the reference gives it).
-    ``mask_rows``: pointers to the mask's rows of this tile (HAS_MASK)."""
-    kt = tl.trans(k)
-    x = dot(u, kt, PRECISION, UPCAST) * scale
-    g, dg = rectifier(x, xi, G_KIND, UPCAST)  # UPCAST: run by Triton's interpreter
-    z = dot(q, kt, PRECISION, UPCAST) * scale + g
-    allowed = allowed_keys(offs_m, offs_n, mask_rows, n_q, n_k, offset, CAUSAL, HAS_MASK)
+    ``mask_rows``: pointers to the mask's rows of this tile, shaped as its rows (HAS_MASK)."""
+    if KEYS_AS_ROWS:
+        x = dot(k, tl.trans(u), PRECISION, UPCAST) * scale
+        g, dg = rectifier(x, xi, G_KIND, UPCAST)  # UPCAST: run by Triton's interpreter
+        z = dot(k, tl.trans(q), PRECISION, UPCAST) * scale + g
+        rows, keys = offs_m[None, :], offs_n[:, None]
+    else:
+        kt = tl.trans(k)
+        x = dot(u, kt, PRECISION, UPCAST) * scale
+        g, dg = rectifier(x, xi, G_KIND, UPCAST)
+        z = dot(q, kt, PRECISION, UPCAST) * scale + g
+        rows, keys = offs_m[:, None], offs_n[None, :]
+    allowed = allowed_keys(rows, keys, mask_rows, n_q, n_k, offset, CAUSAL, HAS_MASK)
     return tl.where(allowed, z, float("-inf")), dg, allowed
