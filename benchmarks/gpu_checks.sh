@@ -45,7 +45,7 @@ cat "$out/summary.txt"
 lane=("$py" -m pytest -q -p no:cacheprovider -rfE --durations=5) # timeout runs commands, not functions
 step lane_attention 60 "${lane[@]}" tests/gpu/test_attention_on_cuda.py
 step lane_opamp_fused 90 "${lane[@]}" tests/gpu/test_opamp_fused_on_cuda.py
-step lane_rectify_triton 100 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py
+step lane_rectify_triton 130 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py
 # LKG-RALM's file, each way of the fused path apart (each compiles its own flex graphs)
 step lane_lkg_flex 150 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py -k score_mod
 step lane_lkg_rows_apart 150 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py -k rows_apart
@@ -74,6 +74,15 @@ step rectify_log_ab 120 bash -c "$ab --lengths 4096 8192 && $ab --libdevice-log 
 # this shows it faster), each in its own process on the same card
 step rectify_starts_ab 100 bash -c "$ab --lengths 4096 8192 --padded 0.25 --repeats 3 \
   && $ab --padding-starts --lengths 4096 8192 --padded 0.25 --repeats 3"
+# dK/dV's tiles as [keys, queries] (KV_KEYS_AS_ROWS, off until this shows it faster; compiled for
+# sm_90 they take Hopper's warpgroup MMAs at 64 or 128 keys: triton_static.md) against today's
+# [queries, keys] tiles, each in its own process on the same card; then its own tile sweep
+kv="--lengths 4096 8192 --padded 0.25 --repeats 3"
+step rectify_kv_ab 150 bash -c "$ab $kv && $ab $kv --kv-keys-as-rows --tiles '{\"kv\": [16, 64, 4, 2]}' \
+  && $ab $kv --kv-keys-as-rows --tiles '{\"kv\": [16, 128, 8, 2]}'"
+step rectify_kv_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/rectified_triton.py --sweep \
+  --kv-keys-as-rows --lengths 4096 --padded 0.25 --budget-s "${SWEEP_S:-150}" \
+  --out "$out/rectified_kv_tiles.json"
 # LKG-RALM with 2 of 32 heads fused taken apart (benchmarks/relevance_fusion.py: the flex kernel
 # alone, with and without log α's gradient), and the guided rows apart (flex.ROWS_APART, off until
 # this shows it faster): with 2 of 32 heads and with every head

@@ -158,8 +158,9 @@ def _median_ms(fn, repeats: int) -> float:
 
 
 def sweep(args) -> dict:
-    """Each kernel's candidate tiles, the others at the table's; then the best table."""
-    from zoomattn.methods.rectify.triton_kernel import _tiles
+    """Each kernel's candidate tiles, the others at the table's; then the best table. With
+    ``--kv-keys-as-rows`` dK/dV's alone, at 64 or 128 keys (``SWEEP_KEYS_AS_ROWS``)."""
+    from zoomattn.methods.rectify.triton_kernel import KV_KEYS_AS_ROWS, _tiles
 
     n = args.lengths[0]
     q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
@@ -174,7 +175,8 @@ def sweep(args) -> dict:
         step("fused")
 
     per_kernel = 2 if args.smoke else None
-    tried, best = tile_sweep.try_tiles(table, run, args.budget_s, DEVICE, per_kernel)
+    candidates = tile_sweep.SWEEP_KEYS_AS_ROWS if KV_KEYS_AS_ROWS else None  # dK/dV's alone
+    tried, best = tile_sweep.try_tiles(table, run, args.budget_s, DEVICE, per_kernel, candidates)
     step, _ = _steps(q, u, k, v, None, mask)
     shape = f"B=1, L={n}, heads={args.heads}, kv_heads={args.kv_heads}, head_dim={args.head_dim}"
     return tile_sweep.sweep_result(
@@ -195,6 +197,9 @@ def main() -> None:
                    help="g's logarithm as tl.log, not lg2.approx (libdevice_log.py)")  # fmt: skip
     p.add_argument("--padding-starts", action="store_true",
                    help="a left-padding mask as each row's first key (PADDING_STARTS)")  # fmt: skip
+    p.add_argument("--kv-keys-as-rows", action="store_true",
+                   help="dK/dV's tiles as [keys, queries] (KV_KEYS_AS_ROWS); give it a tile of "
+                        '64 or 128 keys: --tiles \'{"kv": [16, 64, 4, 2]}\'')  # fmt: skip
     args = p.parse_args()
     global DEVICE, G
     DEVICE, G = tile_sweep.device_for(args, "rectified_triton.py"), args.g
@@ -202,10 +207,10 @@ def main() -> None:
         import libdevice_log
 
         libdevice_log.use_it()
-    if args.padding_starts:
-        from zoomattn.methods.rectify import triton_kernel
+    from zoomattn.methods.rectify import triton_kernel
 
-        triton_kernel.PADDING_STARTS = True
+    triton_kernel.PADDING_STARTS = args.padding_starts or triton_kernel.PADDING_STARTS
+    triton_kernel.KV_KEYS_AS_ROWS = args.kv_keys_as_rows or triton_kernel.KV_KEYS_AS_ROWS
     if args.sweep:
         return tile_sweep.report_sweep(sweep(args), args.out)
     from zoomattn.methods.rectify.triton_kernel import _tiles
@@ -216,6 +221,7 @@ def main() -> None:
     what = f"B={args.decode}, decoding steps" if args.decode else f"{what}, fwd+bwd"
     log = "tl.log" if args.libdevice_log or args.smoke else "lg2.approx"
     what = f"{what}, g={G}, log={log}" + (", padding starts" if args.padding_starts else "")
+    what += ", dK/dV keys as rows" if args.kv_keys_as_rows else ""
     tile_sweep.report_lengths(args, run, what, DEVICE)
 
 

@@ -24,6 +24,11 @@ SWEEP = {
     "kv": [(m, n, w, s) for n in (32, 64) for m in (16, 32, 64) for w in (4, 8) for s in (1, 2)],
     "q": [(m, n, w, s) for m in (32, 64) for n in (16, 32, 64) for w in (4, 8) for s in (1, 2)],
 }
+# rectification's dK/dV as [keys, queries] tiles (KV_KEYS_AS_ROWS): 64 or 128 keys, the rows
+# Hopper's warpgroup MMA needs (benchmarks/results/triton_static.md)
+SWEEP_KEYS_AS_ROWS = {
+    "kv": [(m, n, w, s) for n in (64, 128) for m in (16, 32) for w in (4, 8) for s in (1, 2)],
+}
 
 
 def once_ms(fn, device: str) -> float:
@@ -138,15 +143,16 @@ def timed_variants(step, variants, repeats: int, device: str, trace: str | None 
     return row
 
 
-def try_tiles(table: dict, run, budget_s: float, device: str, per_kernel=None):
-    """Each kernel's candidates (``SWEEP``, the first ``per_kernel`` of each) with the others at
+def try_tiles(table: dict, run, budget_s: float, device: str, per_kernel=None, candidates=None):
+    """Each kernel's candidates (``candidates``, default ``SWEEP``; the first ``per_kernel`` of
+    each) with the others at
     ``table``'s, timed by ``run(tiles, backward)``: the forward kernel forward alone, the two
     others forward + backward. A candidate that does not compile or launch (registers, shared
     memory) is recorded with its error; after ``budget_s`` seconds the rest are recorded as not
     tried. Returns (every candidate's row, the table with each kernel's fastest tile)."""
-    deadline, tried = time.monotonic() + budget_s, []
-    for name, candidates in SWEEP.items():
-        for tile in candidates[:per_kernel]:
+    deadline, tried, candidates = time.monotonic() + budget_s, [], candidates or SWEEP
+    for name, tiles_of_kernel in candidates.items():
+        for tile in tiles_of_kernel[:per_kernel]:
             row = {"kernel": name, "tile": list(tile)}
             if time.monotonic() > deadline:
                 tried.append({**row, "status": "not tried: out of time"})
@@ -159,7 +165,7 @@ def try_tiles(table: dict, run, budget_s: float, device: str, per_kernel=None):
                 tried.append({**row, "status": f"{type(error).__name__}: {str(error)[:160]}"})
             print(json.dumps(tried[-1]), flush=True)
     best = dict(table)
-    for name in SWEEP:
+    for name in candidates:
         timed = [r for r in tried if r["kernel"] == name and r["status"] == "ok"]
         if timed:
             best[name] = tuple(min(timed, key=lambda r: r["ms"])["tile"])

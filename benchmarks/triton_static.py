@@ -12,7 +12,8 @@ chosen) gives another kernel: no vectorised loads, hence no pipelining, and ~100
 Per kernel and tile: registers per thread, spilled bytes (stack; local stores and loads), shared
 memory and whether it fits the card (227 KiB per block), the tensor-core instructions (wgmma:
 Hopper's warpgroup MMA; mma.sync: Ampere's), special-function instructions (MUFU: exp, log,
-reciprocal) and whether the key and value loads are pipelined (async copies). Speed stays a GPU
+reciprocal), every instruction of the kernel's code (a static count, not how many run) and
+whether the key and value loads are pipelined (async copies). Speed stays a GPU
 measurement: this finds the tiles that cannot launch, spill, or are not pipelined, and the
 other launches the kernels can be given (``VARIANTS``: every g, fp16 and fp32, a decoding step)
 that would not compile on the card: the interpreter, which the suite's correctness tests run,
@@ -106,27 +107,36 @@ def opamp_table() -> dict:
 
 
 def rectify_launches(
-    n: int, masked: bool, tiles=None, g="max", dtype=torch.bfloat16, queries=None, starts=False
-) -> list[Launch]:
+    n: int, masked: bool, tiles=None, g="max", dtype=torch.bfloat16, queries=None, starts=False,
+    keys_as_rows=False, kv=None,
+) -> list[Launch]:  # fmt: skip
     """The launches of one forward and backward at n tokens; with ``queries`` (a decoding step:
     that many queries over n keys) the forward only, as generation runs it; ``starts``: with
-    ``PADDING_STARTS`` (the padding mask as each row's first key)."""
+    ``PADDING_STARTS`` (the padding mask as each row's first key); ``keys_as_rows``: with
+    ``KV_KEYS_AS_ROWS`` (dK/dV's tiles as [keys, queries]), ``kv`` its tile."""
     from zoomattn.methods.rectify import triton_kernel
     from zoomattn.methods.rectify.kernel import Rectifier
 
     q, u = (_projected(queries or n, 32, 128, dtype) for _ in range(2))
     k, v = (_projected(n, 8, 128, dtype) for _ in range(2))
     g = Rectifier(g, 3.0)
-    previous, triton_kernel.PADDING_STARTS = triton_kernel.PADDING_STARTS, starts
+    tiles = tiles or rectify_table()
+    if kv is not None:
+        tiles = {**tiles, "kv": kv}
+    switches = {"PADDING_STARTS": starts, "KV_KEYS_AS_ROWS": keys_as_rows}
+    previous = {name: getattr(triton_kernel, name) for name in switches}
     try:
+        for name, value in switches.items():
+            setattr(triton_kernel, name, value)
         with recorded(triton_kernel) as launches:
             out = triton_kernel.fused_rectified_attention(
-                q, u, k, v, g, _mask(n, masked, queries), tiles=tiles or rectify_table()
+                q, u, k, v, g, _mask(n, masked, queries), tiles=tiles
             )
             if queries is None:
                 out.backward(torch.zeros_like(out))
     finally:
-        triton_kernel.PADDING_STARTS = previous
+        for name, value in previous.items():
+            setattr(triton_kernel, name, value)
     return launches
 
 
@@ -181,12 +191,19 @@ def _cuobjdump(cubin: bytes, flag: str) -> str:
         return subprocess.run(command, capture_output=True, text=True, check=True).stdout
 
 
+def opcode_counts(sass: str) -> Counter:
+    """How many times each opcode (before its first dot) appears in cuobjdump's SASS."""
+    # an instruction's address (4 hex digits up to 0xfff0, more in longer kernels), its opcode
+    # after a guard
+    instruction = r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)"
+    return Counter(op.split(".")[0] for op in re.findall(instruction, sass, re.M))
+
+
 def describe(compiled) -> dict:
     """What ptxas made of one compiled kernel (fields as the module docstring)."""
     usage = _cuobjdump(compiled.asm["cubin"], "--dump-resource-usage")
     sass = _cuobjdump(compiled.asm["cubin"], "--dump-sass")
-    instruction = r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)"  # after a guard
-    opcodes = Counter(op.split(".")[0] for op in re.findall(instruction, sass, re.M))
+    opcodes = opcode_counts(sass)
     shared = compiled.metadata.shared
     return {
         "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
@@ -198,6 +215,7 @@ def describe(compiled) -> dict:
         "wgmma": opcodes["HGMMA"],
         "mma_sync": opcodes["HMMA"],
         "mufu": opcodes["MUFU"],
+        "instructions": sum(opcodes.values()),
         "pipelined": "async_copy_global_to_local" in compiled.asm["ttgir"],
     }
 
@@ -237,6 +255,12 @@ def static_rows(
 VARIANTS = [
     *[("rectify", True, {"g": g}) for g in ("tanh", "tanh_plus_x", "sigmoid")],
     ("rectify", True, {"starts": True}),  # PADDING_STARTS: the mask as each row's first key
+    # KV_KEYS_AS_ROWS: dK/dV's [keys, queries] tiles, at the table's tile and at 64 or 128 keys
+    *[
+        ("rectify", masked, {"keys_as_rows": True, "kv": kv, "kernels": ["_backward_kv"]})
+        for kv in ((16, 32, 4, 2), (16, 64, 4, 2), (16, 128, 8, 2))
+        for masked in (False, True)
+    ],
     *[(m, True, {"dtype": t}) for m in METHODS for t in (torch.float16, torch.float32)],
     *[(m, masked, {"queries": 1}) for m in METHODS for masked in (True, False)],
 ]
@@ -270,7 +294,8 @@ def sweep_rows(method: str, n: int, masked: bool) -> list[dict]:
 
 
 COLUMNS = ("method", "kernel", "tile", "mask", "registers", "spill_stack_bytes", "local_stores",
-           "shared_bytes", "fits", "wgmma", "mma_sync", "mufu", "pipelined")  # fmt: skip
+           "shared_bytes", "fits", "wgmma", "mma_sync", "mufu", "instructions",
+           "pipelined")  # fmt: skip
 
 
 def markdown(rows: list[dict], header: str, columns=COLUMNS) -> str:

@@ -40,13 +40,26 @@ def test_a_sweep_out_of_time_keeps_the_table_and_records_every_candidate_untried
     ("mode", "key"),
     [([], "fused_time_vs_sdpa"), (["--decode", "2"], "fused_decode_vs_blockwise"),
      (["--profile"], "forward_fused_vs_sdpa"), (["--libdevice-log"], "fused_time_vs_sdpa"),
-     (["--padding-starts"], "fused_time_vs_sdpa")],
+     (["--padding-starts"], "fused_time_vs_sdpa"),
+     (["--kv-keys-as-rows", "--tiles", '{"kv": [16, 32, 1, 1]}'], "fused_time_vs_sdpa")],
 )  # fmt: skip
 def test_rectification_benchmark_runs_each_mode_and_summarises_its_ratios(mode, key):
     *rows, summary = _smoke("rectified_triton.py", "--padded", "0.25", *mode)
     assert [r["n"] for r in rows] == [40] and summary["40"][key] > 0
     assert "g=max" in summary["shape"]
     assert ("padding starts" in summary["shape"]) == ("--padding-starts" in mode)
+    assert ("dK/dV keys as rows" in summary["shape"]) == ("--kv-keys-as-rows" in mode)
+
+
+def test_a_sweep_of_dk_dv_as_key_rows_tries_its_own_candidates_and_no_other_kernel(tmp_path):
+    out = tmp_path / "tiles.json"
+    _smoke("rectified_triton.py", "--sweep", "--kv-keys-as-rows", "--budget-s", "0", "--out",
+           str(out))  # fmt: skip
+    tried = json.loads(out.read_text())["tried"]
+    assert [(r["kernel"], r["tile"]) for r in tried] == [
+        ("kv", [16, 64, 4, 1]),
+        ("kv", [16, 64, 4, 2]),
+    ]
 
 
 def test_the_memory_trace_names_the_blocks_live_at_the_allocators_peak():

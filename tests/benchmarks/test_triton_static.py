@@ -42,6 +42,16 @@ def test_the_recorder_puts_the_kernels_and_the_input_check_back_even_after_an_er
     assert {n: getattr(triton_kernel, n) for n in before} == before
 
 
+def test_opcodes_are_counted_past_the_first_64_kib_of_code_and_after_a_guard(triton_static):
+    sass = """
+        /*fff0*/                   MUFU.EX2 R1, R2 ;
+        /*10000*/                  HGMMA.64x16x16.F32.BF16 R24, gdesc[UR4], RZ ;
+        /*10010*/              @!P3 BRA 0x2630 ;
+        /*10020*/               @P1 MUFU.RCP R5, R6 ;
+    """
+    assert triton_static.opcode_counts(sass) == {"MUFU": 2, "HGMMA": 1, "BRA": 1}
+
+
 COMPILE = """
 import json, triton_static
 tiles = {"forward": (64, 32, 4, 2), "kv": (16, 32, 4, 2), "q": (32, 16, 4, 2),
@@ -54,7 +64,9 @@ variants = [r for g in ("tanh", "tanh_plus_x", "sigmoid")
 variants += [r for m in ("rectify", "opamp")
              for r in triton_static.static_rows(m, 256, True, tiles, ["_forward"], queries=1)]
 step = triton_static.rectify_launches(256, True, tiles, queries=1)[0]
-print(json.dumps({"rows": rows, "arch": compiled.metadata.target.arch,
+keys_as_rows = triton_static.static_rows("rectify", 256, True, tiles, ["_backward_kv"],
+                                         keys_as_rows=True, kv=(16, 64, 4, 2))
+print(json.dumps({"rows": rows, "keys_as_rows": keys_as_rows, "arch": compiled.metadata.target.arch,
                   "upcast": forward.kwargs["UPCAST"], "signature": compiled.src.signature,
                   "variants": variants,
                   "step": triton_static.specialised(step)[0].signature}))
@@ -110,3 +122,17 @@ def test_every_g_and_a_decoding_step_compile_for_sm90_each_a_kernel_of_its_own(c
     assert compiled["step"]["n_q"] == "constexpr"
     # rectification's decoding forward on the table's decode tile; OpAmp has none
     assert [r["tile"] for r in variants[-2:]] == [[16, 64, 4, 2], [64, 32, 4, 2]]
+
+
+def test_dk_dv_as_key_rows_compiles_to_hoppers_warpgroup_mmas_only(compiled):
+    """KV_KEYS_AS_ROWS at 64 keys per tile: every product of the dK/dV kernel a warpgroup MMA
+    (its tiles have the 64 rows wgmma needs), none of Ampere's mma.sync the [queries, keys] tiles
+    of 16 or 32 rows compile to."""
+    (row,) = compiled["keys_as_rows"]
+    _assert_compiled(row)
+    assert (
+        row["tile"] == [16, 64, 4, 2] and row["variant"] == "keys_as_rows=True, kv=(16, 64, 4, 2)"
+    )
+    assert row["wgmma"] > 0 and row["mma_sync"] == 0, row
+    (table_kv,) = [r for r in compiled["rows"] if r["method"] == "rectify" and "kv" in r["kernel"]]
+    assert table_kv["mma_sync"] > 0 and table_kv["instructions"] > 0
