@@ -99,6 +99,10 @@ step rectify_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/rectified_triton.py 
 step opamp_padded 60 $py benchmarks/opamp_triton.py --lengths 8192 --padded 0.25 --repeats 3
 step opamp_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/opamp_triton.py --sweep --lengths 4096 \
   --padded 0.25 --budget-s "${SWEEP_S:-150}" --out "$out/opamp_tiles.json"
+# OpAmp's stacked path with its adapters recomputed in backward (fused.RECOMPUTE_ADAPTERS, off
+# until this shows its time and memory) against the adapters kept, one layer with the paper's
+# adapters (dim 512), beside SDPA, in one process
+step opamp_stacked_ab 90 $py benchmarks/opamp_stacked.py --lengths 4096 8192 --repeats 3
 step overhead 80 $py benchmarks/distributed_overhead.py --layers 2 --steps 6 --out "$out"
 step lane_distributed 120 "${lane[@]}" -s tests/gpu/test_distributed_on_cuda.py
 step lane_methods 120 "${lane[@]}" tests/gpu/test_methods_on_cuda.py tests/gpu/test_probes_on_cuda.py

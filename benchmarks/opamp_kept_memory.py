@@ -19,26 +19,16 @@ from pathlib import Path
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
 
 import torch  # noqa: E402
+from tile_sweep import kept_bytes  # noqa: E402
 
 from tests.triton_interpreter import squeeze_interpreter_indices  # noqa: E402
 from zoomattn.attention.math import sdpa  # noqa: E402
+from zoomattn.methods.opamp import fused  # noqa: E402
 from zoomattn.methods.opamp.config import OpAmpConfig  # noqa: E402
 from zoomattn.methods.opamp.model import OpAmpAttention  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "opamp_kept_memory.json"
 PATHS = ("plain", "stacked", "recompute", "triton")
-
-
-def kept_bytes(fn, exclude: set[int]) -> int:
-    kept = {}
-
-    def pack(t):
-        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(n for ptr, n in kept.items() if ptr not in exclude)
 
 
 def main(tokens: int = 64) -> dict:
@@ -52,6 +42,12 @@ def main(tokens: int = 64) -> dict:
     row = {"sdpa": kept_bytes(lambda: sdpa(q, k, v), inputs) / q_bytes}
     for path in PATHS:
         row[path] = kept_bytes(lambda p=path: layer(q, k, v, path=p), inputs) / q_bytes
+    fused.RECOMPUTE_ADAPTERS = True  # the stacked path, its adapters replayed in backward
+    try:
+        stacked = kept_bytes(lambda: layer(q, k, v, path="stacked"), inputs)
+        row["stacked_adapters_replayed"] = stacked / q_bytes
+    finally:
+        fused.RECOMPUTE_ADAPTERS = False
     return {
         "what": "bytes autograd keeps beyond q, k, v, in multiples of |q| (CPU, fp32)",
         "shape": f"q [1, 4, {tokens}, 16], k/v [1, 2, {tokens}, 16], K = 10, adapter dim 6",

@@ -1,7 +1,7 @@
-"""What the fused kernels' GPU benchmarks (``rectified_triton.py``, ``opamp_triton.py``) share:
-their common arguments and ``--smoke`` set-up, timing a step and its peak memory, a left-padding
-mask, and the tile sweep, which tries each kernel's candidate tiles with the others at the
-table's.
+"""What the fused kernels' GPU benchmarks (``rectified_triton.py``, ``opamp_triton.py``, partly
+``opamp_stacked.py``) share: their common arguments and ``--smoke`` set-up, timing a step and its
+peak memory, the bytes autograd keeps, a left-padding mask, and the tile sweep, which tries each
+kernel's candidate tiles with the others at the table's.
 
 A tile is (BLOCK_M, BLOCK_N, warps, stages). BLOCK_M is the query tile (the dK/dV kernel's step
 over query rows), BLOCK_N the key tile (the forward and dQ kernels' step). Both kernels take a
@@ -246,7 +246,23 @@ def device_for(args, script: str) -> str:
 
 
 def device_name(device: str) -> str:
-    return torch.cuda.get_device_name() if device == "cuda" else "cpu (Triton interpreter)"
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    return "cpu (Triton interpreter)" if os.environ.get("TRITON_INTERPRET") == "1" else "cpu"
+
+
+def kept_bytes(fn, exclude: set[int]) -> int:
+    """Bytes of the tensors autograd keeps from ``fn``'s forward for its backward, counted once per
+    storage, leaving out the storages whose pointers are in ``exclude`` (the inputs)."""
+    kept = {}
+
+    def pack(t):
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(n for ptr, n in kept.items() if ptr not in exclude)
 
 
 def report_sweep(result: dict, out: str | None) -> None:

@@ -1,6 +1,7 @@
-"""The fused kernels' GPU benchmarks (benchmarks/rectified_triton.py, opamp_triton.py and the
-tile_sweep.py they share) run end to end in their ``--smoke`` mode: Triton's interpreter on a tiny
-shape, a check of the scripts a GPU session runs, not a measurement."""
+"""The fused kernels' GPU benchmarks (benchmarks/rectified_triton.py, opamp_triton.py,
+opamp_stacked.py and the tile_sweep.py they share) run end to end in their ``--smoke`` mode: on a
+tiny shape on the CPU (the Triton kernels in Triton's interpreter), a check of the scripts a GPU
+session runs, not a measurement."""
 
 import json
 import os
@@ -25,6 +26,15 @@ def test_opamp_benchmark_times_the_kernel_beside_the_stacked_call_and_agrees_wit
     assert row["n"] == 40 and row["triton_vs_stacked_rel_error"] < 2e-2  # bf16 outputs
     assert {"sdpa_ms", "stacked_ms", "triton_ms", "triton_time_vs_sdpa"} <= set(row)
     assert "padded=0.25" in summary["shape"] and summary["40"]["triton_time_vs_sdpa"] > 0
+
+
+def test_opamp_stacked_benchmark_times_both_ways_and_counts_less_kept_with_adapters_replayed():
+    row, summary = _smoke("opamp_stacked.py", "--padded", "0.25")
+    assert row["n"] == 40 and summary["device"].startswith("cpu")
+    assert "padded=0.25" in summary["shape"]
+    assert {"sdpa_ms", "stacked_ms", "stacked_replayed_ms", "stacked_time_vs_sdpa"} <= set(row)
+    assert row["stacked_replayed_kept_mib"] < row["stacked_kept_mib"] / 2
+    assert summary["40"]["stacked_replayed_kept_vs_sdpa"] > 1
 
 
 def test_a_sweep_out_of_time_keeps_the_table_and_records_every_candidate_untried(tmp_path):

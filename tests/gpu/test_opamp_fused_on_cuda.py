@@ -1,7 +1,8 @@
 """The gpu lane: OpAmp's stacked path (fused.py) on CUDA against the materialised formula in fp32
 and bf16, values and gradients, where CUDA takes its own kernels: a padded (masked) call with GQA
 goes to the memory-efficient kernel with the KV heads repeated (``math.gqa_for_kernel``), an
-unmasked one to flash; decoding; dropout's masks (CUDA's generator); and the dispatch under
+unmasked one to flash; decoding; dropout's masks (CUDA's generator), with the adapters' activations
+kept or replayed in backward (``fused.RECOMPUTE_ADAPTERS``); and the dispatch under
 ``attention_kernels: fused``. The opt-in ``triton`` path (triton_kernel.py) likewise, compiled, and
 its kernel alone against the fp64 formula within 1.5× bf16 SDPA's error, rows without keys 0."""
 
@@ -52,13 +53,24 @@ def _values_and_grads(fn, tensors, params, rows):
 
 
 needs_cuda = pytest.mark.skipif(DEVICE != "cuda", reason="the Triton kernel compiles for CUDA")
-FUSED_PATHS = ["stacked", pytest.param("triton", marks=needs_cuda)]
+# stacked_replayed: the stacked path with fused.RECOMPUTE_ADAPTERS (the adapters run again in
+# backward under the forward's random state)
+FUSED_PATHS = ["stacked", "stacked_replayed", pytest.param("triton", marks=needs_cuda)]
+
+
+def _path(path, monkeypatch) -> str:
+    """The path to ask the layer for, with the switch ``stacked_replayed`` stands for set."""
+    from zoomattn.methods.opamp import fused
+
+    monkeypatch.setattr(fused, "RECOMPUTE_ADAPTERS", path == "stacked_replayed")
+    return path.removesuffix("_replayed")
 
 
 @pytest.mark.parametrize("path", FUSED_PATHS)
 @pytest.mark.parametrize("dtype", list(BOUNDS))
 @pytest.mark.parametrize("case", ["causal", "padded", "decoding", "decoding-padded"])
-def test_fused_paths_match_the_materialised_formula(case, dtype, path):
+def test_fused_paths_match_the_materialised_formula(case, dtype, path, monkeypatch):
+    path = _path(path, monkeypatch)
     layer = _layer(dtype)
     n_q = 1 if case.startswith("decoding") else N
     tensors = _inputs(dtype, n_q=n_q)
@@ -96,11 +108,12 @@ def test_stacked_path_at_initialisation_is_sdpa_in_bf16(padded):
         assert _rel(g, e) <= 2 * _rel(w, e) + 1e-3
 
 
-def test_stacked_path_draws_the_dropout_masks_of_the_plain_path():
+@pytest.mark.parametrize("stacked", ["stacked", "stacked_replayed"])
+def test_stacked_path_draws_the_dropout_masks_of_the_plain_path(stacked, monkeypatch):
     layer = _layer(torch.float32, dropout=0.3).train()
     tensors = _inputs(torch.float32)
     results = []
-    for path in ("stacked", "plain"):
+    for path in (_path(stacked, monkeypatch), "plain"):
         torch.manual_seed(5)
         results.append(
             _values_and_grads(lambda *x, p=path: layer(*x, path=p), tensors, [], slice(None))

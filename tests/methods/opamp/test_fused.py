@@ -11,11 +11,19 @@ import torch
 from tests.attention.test_math import left_padding_mask
 from zoomattn.attention import kernels
 from zoomattn.attention.math import sdpa
-from zoomattn.methods.opamp import kernel
+from zoomattn.methods.opamp import fused, kernel
 from zoomattn.methods.opamp.config import OpAmpConfig
 from zoomattn.methods.opamp.model import OpAmpAttention
 
 BF16_EPS = 2.0**-8
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["adapters_kept", "adapters_replayed"])
+def recompute_adapters(request, monkeypatch):
+    """Every test both ways: the adapters' activations kept by autograd, or recomputed in
+    backward (``fused.RECOMPUTE_ADAPTERS``)."""
+    monkeypatch.setattr(fused, "RECOMPUTE_ADAPTERS", request.param)
+    return request.param
 
 
 def _layer(K, h=4, hkv=2, d=8, scale=0.3, dropout=0.0, seed=0):
@@ -190,3 +198,42 @@ def test_stacked_path_needs_the_adapter_modules():
         kernel.two_branch_attention(
             q, k, v, layer.adapt_q, layer.adapt_k, layer.mode_gains, (), path="stacked"
         )
+
+
+def _kept(fn) -> dict[int, torch.Tensor]:
+    """The tensors autograd keeps from forward to backward, one per storage."""
+    kept = {}
+
+    def pack(t):
+        kept[t.untyped_storage().data_ptr()] = t
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return kept
+
+
+def test_replayed_adapters_keep_q_and_k_instead_of_the_adapters_inputs_and_activations(
+    recompute_adapters,
+):
+    """Beyond q, k and v, with the adapters replayed autograd keeps only what SDPA keeps (the
+    stacks, [V | V], the stacked output and its log-sum-exp): under half what it keeps with the
+    adapters' dropout inputs, masks and hidden activations."""
+    layer = _layer(10.0, h=4, hkv=2, d=8, dropout=0.1).train()
+    q, k, v = _inputs(h=4, hkv=2, n_q=16, n_k=16, d=8)
+    inputs = {t.untyped_storage().data_ptr() for t in (q, k, v)}
+    beyond = [
+        t for p, t in _kept(lambda: layer(q, k, v, path="stacked")).items() if p not in inputs
+    ]
+    big = sorted(tuple(t.shape) for t in beyond if t.numel() >= q[:1, :1].numel())
+    if recompute_adapters:
+        # [K₀ | K₁], [V | V], the log-sum-exps, [Q₀ | Q₁] and the stacked output: SDPA's
+        assert big == [(2, 4, 16, 8), (2, 4, 16, 8), (2, 8, 16), (2, 8, 16, 8), (2, 8, 16, 8)]
+    else:
+        assert any(t.shape[-1] == 6 for t in beyond)  # the adapters' hidden activations
+    nbytes = sum(t.untyped_storage().nbytes() for t in beyond)
+    fused.RECOMPUTE_ADAPTERS = not recompute_adapters
+    other = _kept(lambda: layer(q, k, v, path="stacked"))
+    other_bytes = sum(t.untyped_storage().nbytes() for p, t in other.items() if p not in inputs)
+    replayed, kept = (nbytes, other_bytes) if recompute_adapters else (other_bytes, nbytes)
+    assert replayed < kept / 2, (replayed, kept)

@@ -4,26 +4,13 @@ Triton's interpreter (its values and gradients against the plain path: test_trit
 
 import torch
 
-from tests.methods.opamp.test_fused import _inputs, _layer
+from tests.methods.opamp.test_fused import _inputs, _kept, _layer
 from tests.triton_interpreter import interpreter_or_skip
 from zoomattn.attention.math import sdpa
 
 interpreter_or_skip("tests/gpu/test_opamp_fused_on_cuda.py")
 
 N, D = 24, 16
-
-
-def _kept(fn) -> dict[int, torch.Tensor]:
-    """The tensors autograd keeps from forward to backward, one per storage."""
-    kept = {}
-
-    def pack(t):
-        kept[t.untyped_storage().data_ptr()] = t
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return kept
 
 
 def _bytes(tensors) -> int:

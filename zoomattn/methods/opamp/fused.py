@@ -20,8 +20,12 @@ unscaled upstream gradient g to both halves, each branch's parameters get their 
 c ± d applied to their gradient (``_BranchScale``), and q, k and v, which feed both branches, get
 w₀·g₀ + w₁·g₁ summed in fp32 (``_Fork``) and rounded once, so in bf16 they round back exactly to g's
 gradient where both branches give it (OpAmp's initialisation). Memory: autograd keeps the stacked
-Qᵢ, Kᵢ, [V | V], the adapters' activations, the stacked output and its log-sum-exp, about what the
-``plain`` path keeps; no adapter is recomputed.
+Qᵢ, Kᵢ, [V | V], the adapters' inputs, dropout masks and activations, the stacked output and its
+log-sum-exp, about what the ``plain`` path keeps. With ``RECOMPUTE_ADAPTERS`` the adapters run
+without autograd in forward and again under it in backward, with the forward's random state (the
+same dropout masks), once SDPA's backward has given the stacks' gradients (``_ReplayedStacks``): it
+keeps q and k instead of the adapters' inputs and activations, at the cost of one more forward of
+the adapters, and the adapters' backward no longer holds its memory beside SDPA's.
 
 The ``triton`` path (opt-in, slower on an H200: ``triton_path.py``) runs these batched adapters
 (``adapted_stacks``) before its Triton kernel, and again in backward instead of keeping them.
@@ -34,6 +38,11 @@ import torch.nn.functional as F
 
 from zoomattn.attention.math import sdpa
 from zoomattn.methods.opamp.modes import combine_modes
+from zoomattn.methods.opamp.rng import rng_restored, rng_states
+
+# The adapters recomputed in backward rather than their activations kept (_ReplayedStacks); off
+# until a GPU times it (benchmarks/opamp_stacked.py).
+RECOMPUTE_ADAPTERS = False
 
 
 def stacked_two_branch(q, k, v, adapters, gains, mask=None, scaling=None, block=1024):
@@ -41,7 +50,11 @@ def stacked_two_branch(q, k, v, adapters, gains, mask=None, scaling=None, block=
     ``adapters``: ((E_q⁺, E_q⁻), (E_k⁺, E_k⁻)), the layer's ``BottleneckAdapter`` modules."""
     common, differential = gains
     weights = (common + differential, common - differential)
-    q_stack, k_stack = adapted_stacks(q, k, adapters, gains, block)
+    if RECOMPUTE_ADAPTERS and torch.is_grad_enabled():
+        spec = (adapters, tuple(gains), block)
+        q_stack, k_stack = _ReplayedStacks.apply(q, k, spec, *trainable(adapters))
+    else:
+        q_stack, k_stack = adapted_stacks(q, k, adapters, gains, block)
     v_stack = torch.cat(_Fork.apply(v, *weights), dim=1)
     out = sdpa(q_stack, k_stack, v_stack, mask, scaling)
     return _Join.apply(out, common, differential)
@@ -58,6 +71,47 @@ def adapted_stacks(q, k, adapters, gains, block=1024):
     dropped = _dropped_inputs(q_pair, k_pair, q_adapters, k_adapters, block)
     q_stack = _adapted_pair(q_pair, q_adapters, dropped[0], weights)
     return q_stack, _adapted_pair(k_pair, k_adapters, dropped[1], weights)
+
+
+def trainable(adapters) -> list[torch.Tensor]:
+    """The adapters' trainable tensors, in one order for a function's inputs and its backward."""
+    return [p for pair in adapters for a in pair for p in a.parameters() if p.requires_grad]
+
+
+def replayed_stacks(rng, q, k, adapters, gains, block):
+    """``adapted_stacks`` again under autograd with the forward's random state ``rng`` (the same
+    dropout masks), on fresh leaves of q and k: (leaves, (q_stack, k_stack))."""
+    with torch.enable_grad(), rng_restored(rng, q.device):
+        leaves = [x.detach().requires_grad_(x.requires_grad) for x in (q, k)]
+        return leaves, adapted_stacks(*leaves, adapters, gains, block)
+
+
+def adapter_gradients(leaves, stacks, stack_grads, adapters) -> list:
+    """The gradients of q, k and ``trainable(adapters)`` (None where not required) from those of
+    the replayed stacks."""
+    inputs = [*leaves, *trainable(adapters)]
+    wanted = [t for t in inputs if t.requires_grad]
+    grads = iter(torch.autograd.grad(stacks, wanted, stack_grads, allow_unused=True))
+    return [next(grads) if t.requires_grad else None for t in inputs]
+
+
+class _ReplayedStacks(torch.autograd.Function):
+    """[Q₀ | Q₁] and [K₀ | K₁] computed without autograd; backward replays the adapters."""
+
+    @staticmethod
+    def forward(ctx, q, k, spec, *params):
+        adapters, gains, block = spec
+        ctx.rng, ctx.spec = rng_states(q.device), spec
+        ctx.save_for_backward(q, k)
+        with torch.no_grad():
+            return adapted_stacks(q, k, adapters, gains, block)
+
+    @staticmethod
+    def backward(ctx, dq_stack, dk_stack):
+        adapters, gains, block = ctx.spec
+        leaves, stacks = replayed_stacks(ctx.rng, *ctx.saved_tensors, adapters, gains, block)
+        dq, dk, *dparams = adapter_gradients(leaves, stacks, (dq_stack, dk_stack), adapters)
+        return dq, dk, None, *dparams
 
 
 def _flat(x, dtype):

@@ -16,8 +16,13 @@ from __future__ import annotations
 
 import torch
 
-from zoomattn.methods.opamp.fused import adapted_stacks
-from zoomattn.methods.opamp.rng import rng_restored, rng_states
+from zoomattn.methods.opamp.fused import (
+    adapted_stacks,
+    adapter_gradients,
+    replayed_stacks,
+    trainable,
+)
+from zoomattn.methods.opamp.rng import rng_states
 from zoomattn.methods.opamp.triton_kernel import flash_backward, flash_forward, prepared
 
 
@@ -25,12 +30,7 @@ def triton_two_branch(q, k, v, adapters, gains, mask=None, scaling=None, block=1
     """c·(O₀ + O₁) + d·(O₀ − O₁) as ``kernel.two_branch_attention``; ``adapters`` as
     ``fused.stacked_two_branch``."""
     spec = (adapters, tuple(gains), mask, scaling, block)
-    return _AdaptedFlash.apply(q, k, v, spec, *_trainable(adapters))
-
-
-def _trainable(adapters) -> list[torch.Tensor]:
-    """The adapters' trainable tensors, in one order for the forward's inputs and backward."""
-    return [p for pair in adapters for a in pair for p in a.parameters() if p.requires_grad]
+    return _AdaptedFlash.apply(q, k, v, spec, *trainable(adapters))
 
 
 class _AdaptedFlash(torch.autograd.Function):
@@ -52,16 +52,9 @@ class _AdaptedFlash(torch.autograd.Function):
     def backward(ctx, grad):
         q, k, v, o_branch, lse, mask_bytes = ctx.saved_tensors
         adapters, gains, _, _, block = ctx.spec
-        params = _trainable(adapters)
-        with torch.enable_grad(), rng_restored(ctx.rng, q.device):
-            leaves = [x.detach().requires_grad_(x.requires_grad) for x in (q, k)]
-            q_stack, k_stack = adapted_stacks(*leaves, adapters, gains, block)
-        stacks = [t.detach().contiguous() for t in (q_stack, k_stack)]
+        leaves, stacks = replayed_stacks(ctx.rng, q, k, adapters, gains, block)
+        detached = [t.detach().contiguous() for t in stacks]
         state = (o_branch, lse, mask_bytes, ctx.ranges)
-        dq_stack, dk_stack, dv = flash_backward(grad, *stacks, v, state, ctx.kernel_spec)
-        wanted = [t for t in (*leaves, *params) if t.requires_grad]
-        grads = iter(
-            torch.autograd.grad((q_stack, k_stack), wanted, (dq_stack, dk_stack), allow_unused=True)
-        )
-        dq, dk, *dparams = (next(grads) if t.requires_grad else None for t in (*leaves, *params))
+        dq_stack, dk_stack, dv = flash_backward(grad, *detached, v, state, ctx.kernel_spec)
+        dq, dk, *dparams = adapter_gradients(leaves, stacks, (dq_stack, dk_stack), adapters)
         return dq, dk, dv if ctx.needs_input_grad[2] else None, None, *dparams

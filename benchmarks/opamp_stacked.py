@@ -1,0 +1,108 @@
+"""GPU micro-benchmark: OpAmp's stacked path (``methods/opamp/fused.py``) with its adapters'
+activations kept by autograd (today) or recomputed in backward (``fused.RECOMPUTE_ADAPTERS``),
+beside plain SDPA, forward + backward of one layer, in one run on one card.
+
+One ``OpAmpAttention`` layer in training mode, adapters included (K = 10, ``--adapter-dim``
+default 512 as the paper's Table 6, dropout 0.1), bf16, on post-RoPE q ``[1, H, L, D]`` and k, v
+``[1, H_kv, L, D]`` laid out as the projections leave them, causal; ``--padded F`` left-pads the
+first F of the tokens through a boolean mask for the OpAmp variants (SDPA stays causal without
+one, as in ``rectified_triton.py``). Variants: ``sdpa`` (plain SDPA on q, k, v: the baseline),
+``stacked`` and ``stacked_replayed``. Time: CUDA events, median of ``--repeats`` steps after one
+warm-up, variants interleaved (``tile_sweep.timed_variants``); memory: peak allocated during one
+step above what was allocated before it. Each row also has what autograd keeps from forward to
+backward beyond q, k and v (``tile_sweep.kept_bytes``), in MiB: the part of the memory a
+model holds per layer until its backward. ``--smoke`` runs the mechanics on the CPU at a tiny
+shape (times mean nothing; the kept bytes are the CPU's count).
+
+    PYTHONPATH=$PWD python benchmarks/opamp_stacked.py --lengths 4096 8192
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import tile_sweep
+import torch
+
+VARIANTS = ("sdpa", "stacked", "stacked_replayed")
+DEVICE = "cuda"  # "cpu" with --smoke
+
+
+def _step(n: int, args):
+    from zoomattn.attention.math import sdpa
+    from zoomattn.methods.opamp import fused
+    from zoomattn.methods.opamp.config import OpAmpConfig
+    from zoomattn.methods.opamp.model import OpAmpAttention
+
+    torch.manual_seed(0)
+    dtype = torch.bfloat16
+
+    def projected(h):
+        x = torch.randn(1, n, h, args.head_dim, device=DEVICE, dtype=dtype)
+        return x.transpose(1, 2).requires_grad_(True)
+
+    q, k, v = projected(args.heads), projected(args.kv_heads), projected(args.kv_heads)
+    config = OpAmpConfig(10.0, args.adapter_dim, dropout=0.1)
+    layer = OpAmpAttention(args.heads, args.kv_heads, args.head_dim, config)
+    layer = layer.to(device=DEVICE, dtype=dtype).train()
+    mask = tile_sweep.left_padding_mask(n, args.padded, DEVICE)
+    grad = torch.randn_like(q)
+    leaves = [q, k, v, *layer.parameters()]
+
+    def forward(variant):
+        if variant == "sdpa":
+            return sdpa(q, k, v)
+        fused.RECOMPUTE_ADAPTERS = variant == "stacked_replayed"
+        try:
+            return layer(q, k, v, mask, path="stacked")
+        finally:
+            fused.RECOMPUTE_ADAPTERS = False
+
+    def step(variant):
+        forward(variant).backward(grad)
+        for t in leaves:
+            t.grad = None
+
+    return step, forward, (q, k, v)
+
+
+def measure(n: int, args) -> dict:
+    step, forward, inputs = _step(n, args)
+    row = {"n": n, **tile_sweep.timed_variants(step, VARIANTS, args.repeats, DEVICE)}
+    ours = {t.untyped_storage().data_ptr() for t in inputs}
+    for variant in VARIANTS:
+        row[f"{variant}_kept_mib"] = (
+            tile_sweep.kept_bytes(lambda v=variant: forward(v), ours) / 2**20
+        )
+    for variant in VARIANTS[1:]:
+        row[f"{variant}_kept_vs_sdpa"] = row[f"{variant}_kept_mib"] / row["sdpa_kept_mib"]
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--lengths", type=int, nargs="+", default=[4096, 8192])
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--kv-heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--adapter-dim", type=int, default=512)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--padded", type=float, default=0.0, help="fraction of left padding")
+    p.add_argument("--smoke", action="store_true", help="the mechanics on the CPU, tiny shape")
+    args = p.parse_args()
+    args.tiles = "none: no Triton kernel"  # what tile_sweep.report_lengths reads
+    global DEVICE
+    if args.smoke:
+        DEVICE = "cpu"
+        args.lengths, args.heads, args.kv_heads, args.head_dim = [40], 2, 1, 16
+        args.adapter_dim, args.repeats = 8, 1
+    elif not torch.cuda.is_available():
+        raise SystemExit(
+            "opamp_stacked.py: needs a CUDA device (--smoke: the mechanics on the CPU)"
+        )
+    what = f"adapter dim {args.adapter_dim}, K = 10, dropout 0.1, fwd+bwd, padded={args.padded}"
+    tile_sweep.report_lengths(args, measure, what, DEVICE)
+
+
+if __name__ == "__main__":
+    main()
