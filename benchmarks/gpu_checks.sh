@@ -42,7 +42,14 @@ step() { # name, limit in seconds, command...
 } >"$out/summary.txt" 2>&1
 cat "$out/summary.txt"
 
-lane=("$py" -m pytest -q -p no:cacheprovider -rfE --durations=5) # timeout runs commands, not functions
+# LANE_EXTRA: more pytest arguments (the suite passes --collect-only to check every selection)
+lane=("$py" -m pytest -q -p no:cacheprovider -rfE --durations=5 ${LANE_EXTRA:-}) # timeout runs commands, not functions
+# only the gpu lane's tests of the switches that are off until a GPU times them (PADDING_STARTS,
+# KV_KEYS_AS_ROWS, RECOMPUTE_ADAPTERS, ROWS_APART): what a session short of time runs before the
+# A/B steps, so that a switch that wins is also known correct on the card
+step lane_switches 200 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py \
+  tests/gpu/test_opamp_fused_on_cuda.py tests/gpu/test_lkg_flex_on_cuda.py \
+  -k "first_key or key_rows or replayed or rows_apart"
 step lane_attention 60 "${lane[@]}" tests/gpu/test_attention_on_cuda.py
 step lane_opamp_fused 90 "${lane[@]}" tests/gpu/test_opamp_fused_on_cuda.py
 step lane_rectify_triton 130 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py

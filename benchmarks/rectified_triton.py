@@ -159,7 +159,8 @@ def _median_ms(fn, repeats: int) -> float:
 
 def sweep(args) -> dict:
     """Each kernel's candidate tiles, the others at the table's; then the best table. With
-    ``--kv-keys-as-rows`` dK/dV's alone, at 64 or 128 keys (``SWEEP_KEYS_AS_ROWS``)."""
+    ``--kv-keys-as-rows`` dK/dV's alone, at 64 or 128 keys (``SWEEP_KEYS_AS_ROWS``), from the
+    table that switch gives, and today's kernel as run (``kv_queries_as_rows``) beside SDPA."""
     from zoomattn.methods.rectify.triton_kernel import KV_KEYS_AS_ROWS, _tiles
 
     n = args.lengths[0]
@@ -175,14 +176,28 @@ def sweep(args) -> dict:
         step("fused")
 
     per_kernel = 2 if args.smoke else None
-    candidates = tile_sweep.SWEEP_KEYS_AS_ROWS if KV_KEYS_AS_ROWS else None  # dK/dV's alone
-    tried, best = tile_sweep.try_tiles(table, run, args.budget_s, DEVICE, per_kernel, candidates)
     step, _ = _steps(q, u, k, v, None, mask)
+    baselines = {"sdpa": lambda: step("sdpa")}
     shape = f"B=1, L={n}, heads={args.heads}, kv_heads={args.kv_heads}, head_dim={args.head_dim}"
+    candidates = None
+    if KV_KEYS_AS_ROWS:  # dK/dV's tiles alone, beside today's kernel (the switch off) as run
+        candidates, shape = tile_sweep.SWEEP_KEYS_AS_ROWS, f"{shape}, dK/dV keys as rows"
+        baselines["kv_queries_as_rows"] = lambda: _switched_off(lambda: step("fused"))
+    tried, best = tile_sweep.try_tiles(table, run, args.budget_s, DEVICE, per_kernel, candidates)
     return tile_sweep.sweep_result(
-        table, best, tried, run, {"sdpa": lambda: step("sdpa")}, args.repeats, DEVICE,
-        f"{shape}, padded={args.padded}",
-    )  # fmt: skip
+        table, best, tried, run, baselines, args.repeats, DEVICE, f"{shape}, padded={args.padded}"
+    )
+
+
+def _switched_off(fn):
+    """fn() with dK/dV's tiles as [queries, keys], today's kernel."""
+    from zoomattn.methods.rectify import triton_kernel
+
+    triton_kernel.KV_KEYS_AS_ROWS = False
+    try:
+        return fn()
+    finally:
+        triton_kernel.KV_KEYS_AS_ROWS = True
 
 
 def main() -> None:
@@ -220,8 +235,9 @@ def main() -> None:
     what = f"B=1, left padding {args.padded}" if args.padded else "B=1, causal"
     what = f"B={args.decode}, decoding steps" if args.decode else f"{what}, fwd+bwd"
     log = "tl.log" if args.libdevice_log or args.smoke else "lg2.approx"
-    what = f"{what}, g={G}, log={log}" + (", padding starts" if args.padding_starts else "")
-    what += ", dK/dV keys as rows" if args.kv_keys_as_rows else ""
+    what = f"{what}, g={G}, log={log}"  # the switches as the kernel module has them
+    what += ", padding starts" if triton_kernel.PADDING_STARTS else ""
+    what += ", dK/dV keys as rows" if triton_kernel.KV_KEYS_AS_ROWS else ""
     tile_sweep.report_lengths(args, run, what, DEVICE)
 
 

@@ -120,14 +120,14 @@ def rectify_launches(
     q, u = (_projected(queries or n, 32, 128, dtype) for _ in range(2))
     k, v = (_projected(n, 8, 128, dtype) for _ in range(2))
     g = Rectifier(g, 3.0)
-    tiles = tiles or rectify_table()
-    if kv is not None:
-        tiles = {**tiles, "kv": kv}
     switches = {"PADDING_STARTS": starts, "KV_KEYS_AS_ROWS": keys_as_rows}
     previous = {name: getattr(triton_kernel, name) for name in switches}
     try:
         for name, value in switches.items():
             setattr(triton_kernel, name, value)
+        tiles = tiles or rectify_table()  # the table as the switches give it
+        if kv is not None:
+            tiles = {**tiles, "kv": kv}
         with recorded(triton_kernel) as launches:
             out = triton_kernel.fused_rectified_attention(
                 q, u, k, v, g, _mask(n, masked, queries), tiles=tiles

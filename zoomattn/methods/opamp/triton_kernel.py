@@ -231,10 +231,10 @@ def _tiles(device: torch.device) -> dict[str, tuple[int, int, int, int]]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel. On CUDA a fixed table, chosen
     without a GPU: each kernel holds two query and two key tiles, and as Triton's JIT compiles
     them for sm_90 at head dim 128 in bf16 (``benchmarks/triton_static.py``) 32×32 with 8 warps
-    takes 128–231 registers and spills nothing, where 64-row forward tiles spill (the query
-    kernel's do not). Never swept on a GPU (``benchmarks/opamp_triton.py --sweep``), where it ran
-    at 11–17× SDPA's time. Elsewhere (Triton's interpreter) 16×16, so short test sequences span
-    several tiles."""
+    takes 128–225 registers and spills nothing (64-row forward tiles spilled until the products
+    accumulated in place; at 8 warps they no longer do in causal prefill). Never swept on a GPU
+    (``benchmarks/opamp_triton.py --sweep``), where it ran at 11–17× SDPA's time. Elsewhere
+    (Triton's interpreter) 16×16, so short test sequences span several tiles."""
     if device.type != "cuda":
         return {"forward": (16, 16, 1, 1), "kv": (16, 16, 1, 1), "q": (16, 16, 1, 1)}
     return {"forward": (32, 32, 8, 2), "kv": (32, 32, 8, 2), "q": (32, 32, 8, 2)}

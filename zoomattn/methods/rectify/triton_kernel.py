@@ -236,11 +236,14 @@ def _tiles(head_dim: int, device: torch.device) -> dict[str, tuple[int, int, int
     On CUDA the fastest of the H200 sweep (``benchmarks/rectified_triton.py --sweep``, 4096
     tokens under a left-padding mask; docs/kernels.md): 9.2 ms forward + backward against 15.5 ms
     for the table before it, which an offline sm_90 compile had chosen. Four warps won at every
-    kernel; the dQ/dU tile spills 96 bytes under a mask (48 causal) and was still the fastest.
-    Elsewhere (Triton's interpreter) 16×16, so short test sequences span several tiles."""
+    kernel; the dQ/dU tile then spilled 96 bytes under a mask and was still the fastest (8 since
+    its products accumulate in place). With ``KV_KEYS_AS_ROWS`` dK/dV takes 64 keys, the rows a
+    warpgroup MMA needs (untimed: docs/kernels.md). Elsewhere (Triton's interpreter) 16×16, so
+    short test sequences span several tiles."""
     if device.type != "cuda":
         return dict.fromkeys(("forward", "kv", "q", "decode"), (16, 16, 1, 1))
-    return {"forward": (64, 32, 4, 3), "kv": (16, 32, 4, 2), "q": (64, 16, 4, 2),
+    kv = (16, 64, 4, 2) if KV_KEYS_AS_ROWS else (16, 32, 4, 2)
+    return {"forward": (64, 32, 4, 3), "kv": kv, "q": (64, 16, 4, 2),
             "decode": (16, 64, 4, 2)}  # fmt: skip
 
 
