@@ -1,6 +1,7 @@
 """benchmarks/gpu_checks.sh, the script a GPU session runs: every gpu lane step's selection of tests
-collects some (a file renamed or a ``-k`` that matches nothing would cost a session's minutes and
-say nothing), checked with pytest's ``--collect-only`` through the script's own commands."""
+exists (a file renamed or a ``-k`` that matches nothing would cost a session's minutes and say
+nothing). The steps that select with ``-k`` run through the script's own commands with pytest's
+``--collect-only``; the others name test files, which must exist."""
 
 import re
 import subprocess
@@ -8,25 +9,39 @@ import sys
 
 from zoomattn.config import ROOT
 
+SCRIPT = ROOT / "benchmarks" / "gpu_checks.sh"
 
-def test_every_gpu_lane_step_selects_tests_that_exist(tmp_path):
-    script = (ROOT / "benchmarks" / "gpu_checks.sh").read_text()
-    steps = re.findall(r"^step (lane_\w+) ", script, re.M)
+
+def _lane_steps() -> dict[str, str]:
+    """Each lane step's name and its command, continuation lines joined."""
+    text = SCRIPT.read_text().replace("\\\n", " ")
+    return dict(re.findall(r'^step (lane_\w+) \d+ "\$\{lane\[@\]\}" (.*)$', text, re.M))
+
+
+def test_every_gpu_lane_step_names_test_files_that_exist():
+    steps = _lane_steps()
     assert "lane_switches" in steps and len(steps) >= 9
+    for name, command in steps.items():
+        files = re.findall(r"tests/gpu/\S+\.py", command)
+        assert files and all((ROOT / f).is_file() for f in files), (name, command)
+
+
+def test_every_gpu_lane_step_that_selects_with_k_collects_tests(tmp_path):
+    selecting = [name for name, command in _lane_steps().items() if " -k " in command]
+    assert "lane_switches" in selecting
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": str(tmp_path),
         "PYTHON": sys.executable,
-        "STEPS": " ".join(steps),
+        "STEPS": " ".join(selecting),
         "LANE_EXTRA": "--collect-only",
-        "BUDGET_S": "600",
         "ZOOMATTN_GPU_LANE_DEVICE": "cpu",
     }
-    subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_checks.sh"), str(tmp_path)], cwd=ROOT,
-                   env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    subprocess.run(["bash", str(SCRIPT), str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                   text=True, timeout=600)  # fmt: skip
     summary = (tmp_path / "summary.txt").read_text()
     log = (tmp_path / "checks.log").read_text()
-    for step in steps:
+    for step in selecting:
         assert re.search(rf"^{step} rc=0 ", summary, re.M), (step, summary)
         section = log.split(f"=== {step} ")[1].split("\n=== ")[0]
         collected = re.search(r"^(\d+)(?:/\d+)? tests? collected", section, re.M)
