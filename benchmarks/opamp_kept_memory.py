@@ -2,9 +2,11 @@
 
 One OpAmp layer (``OpAmpAttention``, K = 10, adapter dimension 6, dropout 0.1, training), q
 ``[1, 4, L, 16]`` over 2 KV heads, fp32, causal prefill; each path's kept tensors are counted once
-per storage through ``torch.autograd.graph.saved_tensors_hooks``, beyond q, k and v, as multiples
-of |q|. Runs on the CPU (the ``triton`` path through Triton's interpreter): what is kept does not
-depend on the device; a GPU's peak, which adds the backward's transients, is not this.
+per storage through ``torch.autograd.graph.saved_tensors_hooks``, as multiples of |q|: beyond q,
+k and v, and in all (q, k and v counted where a path keeps them: a model's post-RoPE q is kept by
+its attention alone); the layer's weights, resident anyway, in neither. Runs on the CPU (the
+``triton`` path through Triton's interpreter): what is kept does not depend on the device; a
+GPU's peak, which adds the backward's transients, is not this.
 
     PYTHONPATH=$PWD python benchmarks/opamp_kept_memory.py    # -> results/opamp_kept_memory.json
 """
@@ -37,24 +39,34 @@ def main(tokens: int = 64) -> dict:
     q = torch.randn(1, 4, tokens, 16, requires_grad=True)
     k, v = (torch.randn(1, 2, tokens, 16, requires_grad=True) for _ in range(2))
     layer = OpAmpAttention(4, 2, 16, OpAmpConfig(10, 6, dropout=0.1)).train()
-    inputs = {t.untyped_storage().data_ptr() for t in (q, k, v)}
+    weights = {p.untyped_storage().data_ptr() for p in layer.parameters()}  # resident anyway
+    inputs = weights | {t.untyped_storage().data_ptr() for t in (q, k, v)}
     q_bytes = q.numel() * q.element_size()
-    row = {"sdpa": kept_bytes(lambda: sdpa(q, k, v), inputs) / q_bytes}
-    for path in PATHS:
-        row[path] = kept_bytes(lambda p=path: layer(q, k, v, path=p), inputs) / q_bytes
-    fused.RECOMPUTE_ADAPTERS = True  # the stacked path, its adapters replayed in backward
-    try:
-        stacked = kept_bytes(lambda: layer(q, k, v, path="stacked"), inputs)
-        row["stacked_adapters_replayed"] = stacked / q_bytes
-    finally:
-        fused.RECOMPUTE_ADAPTERS = False
+    calls = {"sdpa": lambda: sdpa(q, k, v)}
+    calls.update({path: lambda p=path: layer(q, k, v, path=p) for path in PATHS})
+    calls["stacked_adapters_replayed"] = lambda: _replayed(lambda: layer(q, k, v, path="stacked"))
+    beyond = {name: kept_bytes(fn, inputs) / q_bytes for name, fn in calls.items()}
+    in_all = {name: kept_bytes(fn, weights) / q_bytes for name, fn in calls.items()}
     return {
-        "what": "bytes autograd keeps beyond q, k, v, in multiples of |q| (CPU, fp32)",
+        "what": "bytes autograd keeps from forward to backward, in multiples of |q| (CPU, fp32): "
+        "beyond q, k, v (kept_over_q), and in all, q, k, v included where kept "
+        "(kept_in_all_over_q); the layer's weights, resident anyway, left out of both",
         "shape": f"q [1, 4, {tokens}, 16], k/v [1, 2, {tokens}, 16], K = 10, adapter dim 6",
         "torch": torch.__version__,
-        "kept_over_q": {name: round(x, 3) for name, x in row.items()},
-        "kept_vs_sdpa": {name: round(x / row["sdpa"], 2) for name, x in row.items()},
+        "kept_over_q": {name: round(x, 3) for name, x in beyond.items()},
+        "kept_vs_sdpa": {name: round(x / beyond["sdpa"], 2) for name, x in beyond.items()},
+        "kept_in_all_over_q": {name: round(x, 3) for name, x in in_all.items()},
+        "kept_in_all_vs_sdpa": {name: round(x / in_all["sdpa"], 2) for name, x in in_all.items()},
     }
+
+
+def _replayed(fn):
+    """fn() with the stacked path's adapters replayed in backward (fused.RECOMPUTE_ADAPTERS)."""
+    fused.RECOMPUTE_ADAPTERS = True
+    try:
+        return fn()
+    finally:
+        fused.RECOMPUTE_ADAPTERS = False
 
 
 if __name__ == "__main__":

@@ -9,9 +9,11 @@ first F of the tokens through a boolean mask for the OpAmp variants (SDPA stays 
 one, as in ``rectified_triton.py``). Variants: ``sdpa`` (plain SDPA on q, k, v: the baseline),
 ``stacked`` and ``stacked_replayed``. Time: CUDA events, median of ``--repeats`` steps after one
 warm-up, variants interleaved (``tile_sweep.timed_variants``); memory: peak allocated during one
-step above what was allocated before it. Each row also has what autograd keeps from forward to
-backward beyond q, k and v (``tile_sweep.kept_bytes``), in MiB: the part of the memory a
-model holds per layer until its backward. ``--smoke`` runs the mechanics on the CPU at a tiny
+step above what was allocated before it (q, k and v are allocated before it, so a path that
+keeps them shows it only in the next figure). Each row also has all that autograd keeps from
+forward to backward, q, k and v included where kept, the layer's weights left out
+(``tile_sweep.kept_bytes``), in MiB: the part of the memory a model holds per layer until its
+backward. ``--smoke`` runs the mechanics on the CPU at a tiny
 shape (times mean nothing; the kept bytes are the CPU's count).
 
     PYTHONPATH=$PWD python benchmarks/opamp_stacked.py --lengths 4096 8192
@@ -63,17 +65,15 @@ def _step(n: int, args):
         for t in leaves:
             t.grad = None
 
-    return step, forward, (q, k, v)
+    return step, forward, {p.untyped_storage().data_ptr() for p in layer.parameters()}
 
 
 def measure(n: int, args) -> dict:
-    step, forward, inputs = _step(n, args)
+    step, forward, weights = _step(n, args)
     row = {"n": n, **tile_sweep.timed_variants(step, VARIANTS, args.repeats, DEVICE)}
-    ours = {t.untyped_storage().data_ptr() for t in inputs}
     for variant in VARIANTS:
-        row[f"{variant}_kept_mib"] = (
-            tile_sweep.kept_bytes(lambda v=variant: forward(v), ours) / 2**20
-        )
+        kept = tile_sweep.kept_bytes(lambda v=variant: forward(v), weights)
+        row[f"{variant}_kept_mib"] = kept / 2**20
     for variant in VARIANTS[1:]:
         row[f"{variant}_kept_vs_sdpa"] = row[f"{variant}_kept_mib"] / row["sdpa_kept_mib"]
     return row

@@ -46,3 +46,24 @@ def test_every_gpu_lane_step_that_selects_with_k_collects_tests(tmp_path):
         section = log.split(f"=== {step} ")[1].split("\n=== ")[0]
         collected = re.search(r"^(\d+)(?:/\d+)? tests? collected", section, re.M)
         assert collected and int(collected.group(1)) > 0, (step, section[-2000:])
+
+
+def test_every_term_of_a_lane_steps_k_selection_matches_some_test():
+    """``-k "a or b"`` collects tests while ``b`` matches none: each term on its own must name
+    some test of the step's files (pytest's -k matches a test's name, case-insensitively)."""
+    terms, files = {}, set()
+    for name, command in _lane_steps().items():
+        selection = re.search(r'-k (?:"([^"]+)"|(\S+))', command)
+        if selection:
+            for term in (selection.group(1) or selection.group(2)).split(" or "):
+                terms[term.strip()] = name
+            files.update(re.findall(r"tests/gpu/\S+\.py", command))
+    assert {"first_key", "key_rows", "replayed", "rows_apart", "score_mod"} <= set(terms)
+    env = {"PATH": "/usr/bin:/bin", "ZOOMATTN_GPU_LANE_DEVICE": "cpu"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                           "-p", "no:cacheprovider", *sorted(files)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    tests = [line.lower() for line in done.stdout.splitlines() if "::" in line]
+    assert tests, done.stdout[-2000:] + done.stderr[-2000:]
+    for term, step in terms.items():
+        assert any(term.lower() in t for t in tests), (step, term)

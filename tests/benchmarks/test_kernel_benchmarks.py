@@ -33,7 +33,7 @@ def test_opamp_stacked_benchmark_times_both_ways_and_counts_less_kept_with_adapt
     assert row["n"] == 40 and summary["device"].startswith("cpu")
     assert "padded=0.25" in summary["shape"]
     assert {"sdpa_ms", "stacked_ms", "stacked_replayed_ms", "stacked_time_vs_sdpa"} <= set(row)
-    assert row["stacked_replayed_kept_mib"] < row["stacked_kept_mib"] / 2
+    assert row["stacked_replayed_kept_mib"] < 0.6 * row["stacked_kept_mib"]
     assert summary["40"]["stacked_replayed_kept_vs_sdpa"] > 1
 
 

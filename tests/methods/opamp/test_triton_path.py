@@ -20,7 +20,8 @@ def _bytes(tensors) -> int:
 def test_triton_path_keeps_its_inputs_the_two_branch_outputs_and_log_sum_exps_only():
     layer = _layer(10.0, h=2, hkv=1, d=D, dropout=0.1).train()
     q, k, v = _inputs(h=2, hkv=1, n_q=N, n_k=N, d=D)
-    inputs = {t.untyped_storage().data_ptr() for t in (q, k, v)}
+    weights = {p.untyped_storage().data_ptr() for p in layer.parameters()}  # resident anyway
+    inputs = weights | {t.untyped_storage().data_ptr() for t in (q, k, v)}
     kept = _kept(lambda: layer(q, k, v, path="triton"))
     beyond = [t for ptr, t in kept.items() if ptr not in inputs]
     shapes = sorted(tuple(t.shape) for t in beyond)

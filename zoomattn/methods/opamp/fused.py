@@ -74,8 +74,10 @@ def adapted_stacks(q, k, adapters, gains, block=1024):
 
 
 def trainable(adapters) -> list[torch.Tensor]:
-    """The adapters' trainable tensors, in one order for a function's inputs and its backward."""
-    return [p for pair in adapters for a in pair for p in a.parameters() if p.requires_grad]
+    """The adapters' trainable tensors, each once (a weight two adapters share is one), in one
+    order for a function's inputs and its backward."""
+    params = [p for pair in adapters for a in pair for p in a.parameters() if p.requires_grad]
+    return list({id(p): p for p in params}.values())
 
 
 def replayed_stacks(rng, q, k, adapters, gains, block):
@@ -86,31 +88,50 @@ def replayed_stacks(rng, q, k, adapters, gains, block):
         return leaves, adapted_stacks(*leaves, adapters, gains, block)
 
 
-def adapter_gradients(leaves, stacks, stack_grads, adapters) -> list:
-    """The gradients of q, k and ``trainable(adapters)`` (None where not required) from those of
-    the replayed stacks."""
-    inputs = [*leaves, *trainable(adapters)]
+def adapter_gradients(leaves, stacks, stack_grads, params) -> list:
+    """The gradients of q, k and ``params`` (the forward's ``trainable``; None where not
+    required) from those of the replayed stacks. A stack that nothing trainable feeds (its
+    adapters frozen, its input without gradient) has no graph and contributes nothing."""
+    inputs = [*leaves, *params]
     wanted = [t for t in inputs if t.requires_grad]
-    grads = iter(torch.autograd.grad(stacks, wanted, stack_grads, allow_unused=True))
-    return [next(grads) if t.requires_grad else None for t in inputs]
+    pairs = [(s, g) for s, g in zip(stacks, stack_grads, strict=True) if s.requires_grad]
+    if not wanted or not pairs:
+        return [None] * len(inputs)
+    outputs, grads = zip(*pairs, strict=True)
+    found = iter(torch.autograd.grad(outputs, wanted, grads, allow_unused=True))
+    return [next(found) if t.requires_grad else None for t in inputs]
+
+
+def first_derivatives_only(name: str) -> None:
+    """Refuse a backward asked for a graph (``create_graph=True``): a path whose backward runs
+    without one would return gradients that higher derivatives silently miss."""
+    if torch.is_grad_enabled():
+        raise RuntimeError(
+            f"{name} gives first derivatives only (its backward recomputes without a graph): "
+            "no create_graph=True through it"
+        )
 
 
 class _ReplayedStacks(torch.autograd.Function):
-    """[Q₀ | Q₁] and [K₀ | K₁] computed without autograd; backward replays the adapters."""
+    """[Q₀ | Q₁] and [K₀ | K₁] computed without autograd; backward replays the adapters, for
+    first derivatives only. The adapters' weights are saved with q and k, so an in-place update
+    before backward is an error, not a replay with other weights."""
 
     @staticmethod
     def forward(ctx, q, k, spec, *params):
         adapters, gains, block = spec
         ctx.rng, ctx.spec = rng_states(q.device), spec
-        ctx.save_for_backward(q, k)
+        ctx.save_for_backward(q, k, *params)
         with torch.no_grad():
             return adapted_stacks(q, k, adapters, gains, block)
 
     @staticmethod
     def backward(ctx, dq_stack, dk_stack):
+        first_derivatives_only("OpAmp's stacked path with RECOMPUTE_ADAPTERS")
         adapters, gains, block = ctx.spec
-        leaves, stacks = replayed_stacks(ctx.rng, *ctx.saved_tensors, adapters, gains, block)
-        dq, dk, *dparams = adapter_gradients(leaves, stacks, (dq_stack, dk_stack), adapters)
+        q, k, *params = ctx.saved_tensors
+        leaves, stacks = replayed_stacks(ctx.rng, q, k, adapters, gains, block)
+        dq, dk, *dparams = adapter_gradients(leaves, stacks, (dq_stack, dk_stack), params)
         return dq, dk, None, *dparams
 
 

@@ -2,14 +2,16 @@
 stacked path's batched adapters, both branches' attention in the Triton kernel
 (``triton_kernel.py``), and the adapters recomputed in backward instead of kept.
 
-Autograd keeps, from forward to backward, only q, k, v (the layer's own inputs, kept anyway), the
-kernel's O₀ and O₁ and its per-row log-sum-exps: about 2·|q| beyond them, where the stacked path
-keeps [Q₀ | Q₁], [K₀ | K₁], [V | V], the adapters' inputs and activations, its output and SDPA's
-state (~8·|q|; both counted on the CPU by ``tests/methods/opamp/test_triton_path.py``). Backward
-runs the adapters again under autograd with the forward's random state (the same dropout masks),
-the kernel's backward on their outputs, then autograd through the adapters: one more forward of
-the adapters (matrix products of the model's width by the adapter's), no more attention. The
-gradients meet with the stacked path's precision (``fused._Fork``, ``fused._BranchScale``).
+Autograd keeps, from forward to backward, only q, k, v (the layer's own inputs, which plain SDPA
+keeps too), the adapters' weights, the kernel's O₀ and O₁ and its per-row log-sum-exps: about
+2·|q| beyond q, k and v, where the stacked path keeps [Q₀ | Q₁], [K₀ | K₁], [V | V], the
+adapters' inputs and activations, its output and SDPA's state (13.4·|q| in
+``benchmarks/opamp_kept_memory.py``; both counted by ``tests/methods/opamp/test_triton_path.py``).
+Backward runs the adapters again under autograd with the forward's random state (the same dropout
+masks), the kernel's backward on their outputs, then autograd through the adapters: one more
+forward of the adapters (matrix products of the model's width by the adapter's), no more
+attention; first derivatives only. The gradients meet with the stacked path's precision
+(``fused._Fork``, ``fused._BranchScale``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 from zoomattn.methods.opamp.fused import (
     adapted_stacks,
     adapter_gradients,
+    first_derivatives_only,
     replayed_stacks,
     trainable,
 )
@@ -44,17 +47,18 @@ class _AdaptedFlash(torch.autograd.Function):
         out, (o_branch, lse, mask_bytes, ranges) = flash_forward(
             q_stack, k_stack, v, mask, kernel_spec
         )
-        ctx.save_for_backward(q, k, v, o_branch, lse, mask_bytes)
+        ctx.save_for_backward(q, k, v, o_branch, lse, mask_bytes, *params)
         ctx.spec, ctx.kernel_spec, ctx.ranges = spec, kernel_spec, ranges
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, o_branch, lse, mask_bytes = ctx.saved_tensors
+        first_derivatives_only("OpAmp's triton path")
+        q, k, v, o_branch, lse, mask_bytes, *params = ctx.saved_tensors
         adapters, gains, _, _, block = ctx.spec
         leaves, stacks = replayed_stacks(ctx.rng, q, k, adapters, gains, block)
         detached = [t.detach().contiguous() for t in stacks]
         state = (o_branch, lse, mask_bytes, ctx.ranges)
         dq_stack, dk_stack, dv = flash_backward(grad, *detached, v, state, ctx.kernel_spec)
-        dq, dk, *dparams = adapter_gradients(leaves, stacks, (dq_stack, dk_stack), adapters)
+        dq, dk, *dparams = adapter_gradients(leaves, stacks, (dq_stack, dk_stack), params)
         return dq, dk, dv if ctx.needs_input_grad[2] else None, None, *dparams
