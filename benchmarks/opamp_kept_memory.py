@@ -21,7 +21,7 @@ from pathlib import Path
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
 
 import torch  # noqa: E402
-from tile_sweep import kept_bytes  # noqa: E402
+from tile_sweep import kept_bytes, with_switch  # noqa: E402
 
 from tests.triton_interpreter import squeeze_interpreter_indices  # noqa: E402
 from zoomattn.attention.math import sdpa  # noqa: E402
@@ -44,7 +44,9 @@ def main(tokens: int = 64) -> dict:
     q_bytes = q.numel() * q.element_size()
     calls = {"sdpa": lambda: sdpa(q, k, v)}
     calls.update({path: lambda p=path: layer(q, k, v, path=p) for path in PATHS})
-    calls["stacked_adapters_replayed"] = lambda: _replayed(lambda: layer(q, k, v, path="stacked"))
+    calls["stacked_adapters_replayed"] = lambda: with_switch(  # the adapters replayed in backward
+        fused, "RECOMPUTE_ADAPTERS", True, lambda: layer(q, k, v, path="stacked")
+    )
     beyond = {name: kept_bytes(fn, inputs) / q_bytes for name, fn in calls.items()}
     in_all = {name: kept_bytes(fn, weights) / q_bytes for name, fn in calls.items()}
     return {
@@ -58,15 +60,6 @@ def main(tokens: int = 64) -> dict:
         "kept_in_all_over_q": {name: round(x, 3) for name, x in in_all.items()},
         "kept_in_all_vs_sdpa": {name: round(x / in_all["sdpa"], 2) for name, x in in_all.items()},
     }
-
-
-def _replayed(fn):
-    """fn() with the stacked path's adapters replayed in backward (fused.RECOMPUTE_ADAPTERS)."""
-    fused.RECOMPUTE_ADAPTERS = True
-    try:
-        return fn()
-    finally:
-        fused.RECOMPUTE_ADAPTERS = False
 
 
 if __name__ == "__main__":

@@ -54,11 +54,10 @@ def _step(n: int, args):
     def forward(variant):
         if variant == "sdpa":
             return sdpa(q, k, v)
-        fused.RECOMPUTE_ADAPTERS = variant == "stacked_replayed"
-        try:
-            return layer(q, k, v, mask, path="stacked")
-        finally:
-            fused.RECOMPUTE_ADAPTERS = False
+        replayed = variant == "stacked_replayed"
+        return tile_sweep.with_switch(
+            fused, "RECOMPUTE_ADAPTERS", replayed, lambda: layer(q, k, v, mask, path="stacked")
+        )
 
     def step(variant):
         forward(variant).backward(grad)

@@ -161,7 +161,8 @@ def sweep(args) -> dict:
     """Each kernel's candidate tiles, the others at the table's; then the best table. With
     ``--kv-keys-as-rows`` dK/dV's alone, at 64 or 128 keys (``SWEEP_KEYS_AS_ROWS``), from the
     table that switch gives, and today's kernel as run (``kv_queries_as_rows``) beside SDPA."""
-    from zoomattn.methods.rectify.triton_kernel import KV_KEYS_AS_ROWS, _tiles
+    from zoomattn.methods.rectify import triton_kernel
+    from zoomattn.methods.rectify.triton_kernel import _tiles
 
     n = args.lengths[0]
     q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
@@ -180,24 +181,15 @@ def sweep(args) -> dict:
     baselines = {"sdpa": lambda: step("sdpa")}
     shape = f"B=1, L={n}, heads={args.heads}, kv_heads={args.kv_heads}, head_dim={args.head_dim}"
     candidates = None
-    if KV_KEYS_AS_ROWS:  # dK/dV's tiles alone, beside today's kernel (the switch off) as run
+    if triton_kernel.KV_KEYS_AS_ROWS:  # dK/dV's tiles alone, beside today's kernel as run
         candidates, shape = tile_sweep.SWEEP_KEYS_AS_ROWS, f"{shape}, dK/dV keys as rows"
-        baselines["kv_queries_as_rows"] = lambda: _switched_off(lambda: step("fused"))
+        baselines["kv_queries_as_rows"] = lambda: tile_sweep.with_switch(
+            triton_kernel, "KV_KEYS_AS_ROWS", False, lambda: step("fused")
+        )
     tried, best = tile_sweep.try_tiles(table, run, args.budget_s, DEVICE, per_kernel, candidates)
     return tile_sweep.sweep_result(
         table, best, tried, run, baselines, args.repeats, DEVICE, f"{shape}, padded={args.padded}"
     )
-
-
-def _switched_off(fn):
-    """fn() with dK/dV's tiles as [queries, keys], today's kernel."""
-    from zoomattn.methods.rectify import triton_kernel
-
-    triton_kernel.KV_KEYS_AS_ROWS = False
-    try:
-        return fn()
-    finally:
-        triton_kernel.KV_KEYS_AS_ROWS = True
 
 
 def main() -> None:

@@ -251,6 +251,16 @@ def device_name(device: str) -> str:
     return "cpu (Triton interpreter)" if os.environ.get("TRITON_INTERPRET") == "1" else "cpu"
 
 
+def with_switch(module, name: str, value, fn):
+    """fn() with ``module.name`` (a kernel's switch) set to ``value``, then put back as it was."""
+    previous = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        return fn()
+    finally:
+        setattr(module, name, previous)
+
+
 def kept_bytes(fn, exclude: set[int]) -> int:
     """Bytes of the tensors autograd keeps from ``fn``'s forward for its backward, counted once per
     storage, leaving out the storages whose pointers are in ``exclude`` (the inputs)."""
