@@ -3,6 +3,7 @@ opamp_stacked.py and the tile_sweep.py they share) run end to end in their ``--s
 tiny shape on the CPU (the Triton kernels in Triton's interpreter), a check of the scripts a GPU
 session runs, not a measurement."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -72,10 +73,13 @@ def test_a_sweep_of_dk_dv_as_key_rows_tries_its_own_candidates_and_no_other_kern
     ]
 
 
-def test_the_memory_trace_names_the_blocks_live_at_the_allocators_peak():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import tile_sweep
+@pytest.fixture
+def tile_sweep(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    return importlib.import_module("tile_sweep")
 
+
+def test_the_memory_trace_names_the_blocks_live_at_the_allocators_peak(tile_sweep):
     def event(action, addr, mib=0, where="x.py"):
         ours = str(ROOT / "zoomattn" / where)
         frames = [{"filename": "/site/torch/nn/f.py", "line": 1, "name": "inner"},
@@ -97,3 +101,20 @@ def test_the_memory_trace_names_the_blocks_live_at_the_allocators_peak():
     assert peak == 88
     assert [b["mib"] for b in blocks] == [40, 32]
     assert blocks[0]["where"] == "d.py:7 ours"
+
+
+def test_a_switch_set_for_one_call_is_put_back_as_it_was_even_after_an_error(tile_sweep):
+    from zoomattn.methods.rectify import triton_kernel
+
+    before = triton_kernel.KV_KEYS_AS_ROWS
+    seen = tile_sweep.with_switch(
+        triton_kernel, "KV_KEYS_AS_ROWS", not before, lambda: triton_kernel.KV_KEYS_AS_ROWS
+    )
+    assert seen is (not before) and triton_kernel.KV_KEYS_AS_ROWS is before
+
+    def fails():
+        raise KeyError("inside")
+
+    with pytest.raises(KeyError):
+        tile_sweep.with_switch(triton_kernel, "KV_KEYS_AS_ROWS", not before, fails)
+    assert triton_kernel.KV_KEYS_AS_ROWS is before
