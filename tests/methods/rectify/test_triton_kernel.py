@@ -313,3 +313,29 @@ def test_a_left_padding_mask_reaches_the_kernels_as_first_keys_once_per_mask(mon
     mask[0, 0, -1, 0] = False  # edited in place: examined again, and no longer left padding
     fused_rectified_attention(*inputs, g, mask).sum().backward()
     assert len(examined) == 3 and kinds[-2:] == [1, 1]
+
+
+def test_the_tiles_a_mask_leaves_are_found_once_per_mask_and_tile_table(monkeypatch):
+    """Every layer of a forward passes the same mask: its tile ranges (a few reductions over the
+    [B, L, S] mask) are found by the first and reused, found again after an in-place edit or for
+    another tile table, and each call's values are the formula's."""
+    found = []
+    ranges = triton_kernel.tile_ranges
+    monkeypatch.setattr(triton_kernel, "tile_ranges", lambda *a: found.append(1) or ranges(*a))
+    inputs, mask = _scenario("padded", torch.float32)
+    g = Rectifier("max", 3.0)
+
+    def layer(tiles=None):
+        out = fused_rectified_attention(*inputs, g, mask, tiles=tiles)
+        ok = mask.any(-1, keepdim=True)
+        want = rectified_attention_materialised(*inputs, g, mask)
+        torch.testing.assert_close(out.where(ok, 0.0), want.where(ok, 0.0))
+        out.sum().backward()
+
+    layer(), layer()
+    assert len(found) == 1
+    mask[1, 0, -1, :3] = False  # edited in place: found again
+    layer()
+    assert len(found) == 2
+    layer({**triton_kernel._tiles(16, torch.device("cpu")), "kv": (16, 32, 1, 1)})
+    assert len(found) == 3

@@ -71,7 +71,9 @@ DECODE_QUERIES = 16  # calls of at most this many queries run the forward on the
 # A left-padding causal mask (the training batches') passed as each batch row's first real key
 # (tile_ranges.padding_starts), not as bytes the kernels load per tile; off until a GPU times it.
 PADDING_STARTS = False
-_starts = SameTensors()  # the padding mask's first keys, for every layer of one forward
+# what the kernels derive from a mask (its first keys, the tile ranges), for every layer of one
+# forward: the model passes each layer the same mask tensor
+_from_mask = SameTensors()
 # dK/dV's tiles computed as [keys, queries], k·qᵀ, as Triton's fused-attention tutorial and
 # FlashAttention-2 compute them: P and dZ then enter Pᵀ·dO and dZᵀ·Q as they are, where the
 # [queries, keys] tile is transposed in registers (through shared memory) three times per tile.
@@ -320,7 +322,7 @@ class _FusedRectified(torch.autograd.Function):
         l_sum = torch.empty_like(m)
         starts = spec.get("padding_starts")
         mask_bytes = mask_arg(mask) if starts is None else starts
-        ranges = {} if mask is None else tile_ranges(mask, spec["tiles"])
+        ranges = spec.get("ranges", {})  # the tiles a mask leaves work in (tile_ranges)
         strides, sizes, constexprs = _common(q, k, mask_bytes, spec)
         tile = spec["tiles"]["forward"]
         grid = (triton.cdiv(n_q, tile[0]), b * n_heads)
@@ -386,9 +388,13 @@ def fused_rectified_attention(
         "tiles": tiles,
     }
     checked = check_mask(mask, q.shape[0], n_q, n_k)
+    if checked is None:
+        return _FusedRectified.apply(q, u, k, v, checked, spec)
+    ranges_of = f"ranges, batch {q.shape[0]}, tiles {sorted(tiles.items())}"
+    spec["ranges"] = _from_mask.get(ranges_of, (mask,), lambda: tile_ranges(checked, tiles))
     starts = None
-    if checked is not None and PADDING_STARTS:  # one comparison (a host sync) per mask
-        starts = _starts.get("starts", (mask,), lambda: padding_starts(mask))
+    if PADDING_STARTS:  # one comparison (a host sync) per mask
+        starts = _from_mask.get("starts", (mask,), lambda: padding_starts(mask))
     if starts is not None:  # a mask of one batch row broadcast over the batch
         spec["padding_starts"] = starts.expand(q.shape[0]).contiguous()
     return _FusedRectified.apply(q, u, k, v, checked, spec)
