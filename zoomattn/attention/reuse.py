@@ -1,11 +1,11 @@
 """Values derived from tensors, kept while the same tensors come back unedited.
 
 A model's layers all receive the same mask and segment tensors in one forward; what a fused
-path derives from them (FlexAttention's block mask, the guided rows, a padding mask's first keys)
-costs reductions and host syncs, so it is built by the first layer and reused by the others and
-by gradient checkpointing's recomputation. The tensors are held by weak references (the cache
-never keeps them alive), and each one's version counter is part of the key, so an in-place edit
-builds anew."""
+path derives from them (FlexAttention's block mask, the guided rows, a padding mask's first keys,
+the tiles a mask leaves work in) costs reductions and host syncs, so it is built by the first
+layer and reused by the others and by gradient checkpointing's recomputation. The tensors are
+held by weak references (the cache never keeps them alive), and each one's version counter is
+part of the key, so an in-place edit builds anew."""
 
 from __future__ import annotations
 
@@ -27,9 +27,6 @@ class SameTensors:
         if name not in self._values:
             self._values[name] = build()
         return self._values[name]
-
-    def clear(self) -> None:
-        self._key, self._values = (), {}
 
     def _holds(self, tensors: tuple) -> bool:
         return len(self._key) == len(tensors) and all(
