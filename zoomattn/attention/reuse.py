@@ -28,6 +28,10 @@ class SameTensors:
             self._values[name] = build()
         return self._values[name]
 
+    def clear(self) -> None:
+        """Forget every value (benchmarks/relevance_fusion_cuda.py: a block mask built per step)."""
+        self._key, self._values = (), {}
+
     def _holds(self, tensors: tuple) -> bool:
         return len(self._key) == len(tensors) and all(
             (kept is None and t is None)
