@@ -117,12 +117,15 @@ def main() -> None:
     args = p.parse_args()
     global DEVICE
     DEVICE = tile_sweep.device_for(args, "opamp_triton.py")
+    import triton_special  # after device_for: it imports triton
+
+    special = triton_special.use(args)
     if args.sweep:
         return tile_sweep.report_sweep(sweep(args), args.out)
     from zoomattn.methods.opamp.triton_kernel import _tiles
 
     args.tiles = tile_sweep.merged_tiles(_tiles(torch.device(DEVICE)), args.tiles)
-    what = f"B=1, fwd+bwd, padded={args.padded}"
+    what = f"B=1, fwd+bwd, padded={args.padded}, {special}"
     tile_sweep.report_lengths(args, measure, what, DEVICE)
 
 

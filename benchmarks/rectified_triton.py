@@ -200,8 +200,6 @@ def main() -> None:
     p.add_argument("--profile", action="store_true",
                    help="time per CUDA kernel, fused and SDPA (see profile)")  # fmt: skip
     p.add_argument("--g", default="max", help="the rectifier g (max, tanh, tanh_plus_x, sigmoid)")
-    p.add_argument("--libdevice-log", action="store_true",
-                   help="g's logarithm as tl.log, not lg2.approx (libdevice_log.py)")  # fmt: skip
     p.add_argument("--padding-starts", action="store_true",
                    help="a left-padding mask as each row's first key (PADDING_STARTS)")  # fmt: skip
     p.add_argument("--kv-keys-as-rows", action="store_true",
@@ -210,10 +208,9 @@ def main() -> None:
     args = p.parse_args()
     global DEVICE, G
     DEVICE, G = tile_sweep.device_for(args, "rectified_triton.py"), args.g
-    if args.libdevice_log:
-        import libdevice_log
+    import triton_special  # after device_for: it imports triton
 
-        libdevice_log.use_it()
+    special = triton_special.use(args)
     from zoomattn.methods.rectify import triton_kernel
 
     triton_kernel.PADDING_STARTS = args.padding_starts or triton_kernel.PADDING_STARTS
@@ -226,8 +223,7 @@ def main() -> None:
     run = decode if args.decode else profile if args.profile else measure
     what = f"B=1, left padding {args.padded}" if args.padded else "B=1, causal"
     what = f"B={args.decode}, decoding steps" if args.decode else f"{what}, fwd+bwd"
-    log = "tl.log" if args.libdevice_log or args.smoke else "lg2.approx"
-    what = f"{what}, g={G}, log={log}"  # the switches as the kernel module has them
+    what = f"{what}, g={G}, {special}"  # the switches as the kernel module has them
     what += ", padding starts" if triton_kernel.PADDING_STARTS else ""
     what += ", dK/dV keys as rows" if triton_kernel.KV_KEYS_AS_ROWS else ""
     tile_sweep.report_lengths(args, run, what, DEVICE)

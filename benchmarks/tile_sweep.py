@@ -223,6 +223,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-trace", metavar="DIR", default=None,
                    help="on CUDA: each variant's step once more under the allocator's "
                         "history, pickled in DIR, and the blocks live at its peak")  # fmt: skip
+    p.add_argument("--tritons-special", action="store_true",
+                   help="eˣ, 1/x, σ and ln x as the kernels took them before their .ftz "
+                        "instructions (triton_special.py)")  # fmt: skip
+    p.add_argument("--libdevice-log", action="store_true",
+                   help="ln x as tl.log (libdevice's logf), not lg2.approx "
+                        "(triton_special.py)")  # fmt: skip
     p.add_argument("--smoke", action="store_true",
                    help="the mechanics on the CPU: tiny shape, Triton's interpreter, two "
                         "candidates per kernel in a sweep (times mean nothing)")  # fmt: skip

@@ -12,12 +12,13 @@ chosen) gives another kernel: no vectorised loads, hence no pipelining, and ~100
 Per kernel and tile: registers per thread, spilled bytes (stack; local stores and loads), shared
 memory and whether it fits the card (227 KiB per block), the tensor-core instructions (wgmma:
 Hopper's warpgroup MMA; mma.sync: Ampere's), special-function instructions (MUFU: exp, log,
-reciprocal), every instruction of the kernel's code (a static count, not how many run) and
-whether the key and value loads are pipelined (async copies). Speed stays a GPU
-measurement: this finds the tiles that cannot launch, spill, or are not pipelined, and the
-other launches the kernels can be given (``VARIANTS``: every g, fp16 and fp32, a decoding step)
-that would not compile on the card: the interpreter, which the suite's correctness tests run,
-compiles nothing.
+reciprocal), the subnormal range checks ptxas wraps around such an instruction without .ftz
+(three or four more instructions each; the kernels take the .ftz ones, ``triton_tiles.exp``),
+every instruction of the kernel's code (a static count, not how many run) and whether the key
+and value loads are pipelined (async copies). Speed stays a GPU measurement: this finds the
+tiles that cannot launch, spill, or are not pipelined, and the other launches the kernels can be
+given (``VARIANTS``: every g, fp16 and fp32, a decoding step) that would not compile on the card:
+the interpreter, which the suite's correctness tests run, compiles nothing.
 
     PYTHONPATH=$PWD python benchmarks/triton_static.py                 # tables and VARIANTS
     PYTHONPATH=$PWD python benchmarks/triton_static.py --sweep         # + rectification's sweep
@@ -199,6 +200,14 @@ def opcode_counts(sass: str) -> Counter:
     return Counter(op.split(".")[0] for op in re.findall(instruction, sass, re.M))
 
 
+# ptxas wraps a special-function instruction without .ftz in a compare of its operand against
+# the subnormal range: ex2.approx (-126), div.full (2¹²⁶ ≈ 8.5e37), lg2.approx (2⁻¹²⁶ ≈ 1.18e-38)
+SUBNORMAL_CHECK = (
+    r"FSETP\.\w+(?:\.\w+)*\s+[^;]*"
+    r"(?:, -126, |8\.50705917302346158658e\+37|1\.175494350822287508e-38)"
+)
+
+
 def describe(compiled) -> dict:
     """What ptxas made of one compiled kernel (fields as the module docstring)."""
     usage = _cuobjdump(compiled.asm["cubin"], "--dump-resource-usage")
@@ -215,6 +224,7 @@ def describe(compiled) -> dict:
         "wgmma": opcodes["HGMMA"],
         "mma_sync": opcodes["HMMA"],
         "mufu": opcodes["MUFU"],
+        "subnormal_checks": len(re.findall(SUBNORMAL_CHECK, sass)),
         "instructions": sum(opcodes.values()),
         "pipelined": "async_copy_global_to_local" in compiled.asm["ttgir"],
     }
@@ -294,8 +304,8 @@ def sweep_rows(method: str, n: int, masked: bool) -> list[dict]:
 
 
 COLUMNS = ("method", "kernel", "tile", "mask", "registers", "spill_stack_bytes", "local_stores",
-           "shared_bytes", "fits", "wgmma", "mma_sync", "mufu", "instructions",
-           "pipelined")  # fmt: skip
+           "shared_bytes", "fits", "wgmma", "mma_sync", "mufu", "subnormal_checks",
+           "instructions", "pipelined")  # fmt: skip
 
 
 def markdown(rows: list[dict], header: str, columns=COLUMNS) -> str:

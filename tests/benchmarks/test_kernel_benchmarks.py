@@ -23,7 +23,7 @@ def _smoke(script: str, *args: str) -> list[dict]:
 
 
 def test_opamp_benchmark_times_the_kernel_beside_the_stacked_call_and_agrees_with_it():
-    row, summary = _smoke("opamp_triton.py", "--padded", "0.25")
+    row, summary = _smoke("opamp_triton.py", "--padded", "0.25", "--tritons-special")
     assert row["n"] == 40 and row["triton_vs_stacked_rel_error"] < 2e-2  # bf16 outputs
     assert {"sdpa_ms", "stacked_ms", "triton_ms", "triton_time_vs_sdpa"} <= set(row)
     assert "padded=0.25" in summary["shape"] and summary["40"]["triton_time_vs_sdpa"] > 0
@@ -51,13 +51,14 @@ def test_a_sweep_out_of_time_keeps_the_table_and_records_every_candidate_untried
     ("mode", "key"),
     [([], "fused_time_vs_sdpa"), (["--decode", "2"], "fused_decode_vs_blockwise"),
      (["--profile"], "forward_fused_vs_sdpa"), (["--libdevice-log"], "fused_time_vs_sdpa"),
+     (["--tritons-special"], "fused_time_vs_sdpa"),
      (["--padding-starts"], "fused_time_vs_sdpa"),
      (["--kv-keys-as-rows", "--tiles", '{"kv": [16, 32, 1, 1]}'], "fused_time_vs_sdpa")],
 )  # fmt: skip
 def test_rectification_benchmark_runs_each_mode_and_summarises_its_ratios(mode, key):
     *rows, summary = _smoke("rectified_triton.py", "--padded", "0.25", *mode)
     assert [r["n"] for r in rows] == [40] and summary["40"][key] > 0
-    assert "g=max" in summary["shape"]
+    assert "g=max" in summary["shape"] and "special functions interpreter's" in summary["shape"]
     assert ("padding starts" in summary["shape"]) == ("--padding-starts" in mode)
     assert ("dK/dV keys as rows" in summary["shape"]) == ("--kv-keys-as-rows" in mode)
 

@@ -5,6 +5,7 @@ strides and aligned sizes reach the compiler (without them the loads are not pip
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -73,18 +74,22 @@ print(json.dumps({"rows": rows, "keys_as_rows": keys_as_rows, "arch": compiled.m
 """
 
 
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    """The kernels compiled for sm_90 in a process of its own: the suite runs Triton's
+def _in_own_process(script: str, tmp_path_factory) -> dict:
+    """The last line of ``script``'s output, run in a process of its own: the suite runs Triton's
     interpreter, whose kernels do not compile (and which ran OpAmp's backward kernels that
     failed to compile for any GPU unless BLOCK_M = BLOCK_N)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = f"{ROOT / 'benchmarks'}{os.pathsep}{ROOT}"
     env["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton"))  # no earlier run's kernels
-    done = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    return _in_own_process(COMPILE, tmp_path_factory)
 
 
 def _assert_compiled(row):
@@ -136,3 +141,46 @@ def test_dk_dv_as_key_rows_compiles_to_hoppers_warpgroup_mmas_only(compiled):
     assert row["wgmma"] > 0 and row["mma_sync"] == 0, row
     (table_kv,) = [r for r in compiled["rows"] if r["method"] == "rectify" and "kv" in r["kernel"]]
     assert table_kv["mma_sync"] > 0 and table_kv["instructions"] > 0
+
+
+def test_subnormal_checks_are_counted_around_exponentials_divisions_and_logarithms(triton_static):
+    sass = """
+        /*0100*/                   FSETP.GEU.AND P6, PT, R111, -126, PT ;
+        /*0110*/                   FSETP.GT.AND P5, PT, R89, 8.50705917302346158658e+37, PT ;
+        /*0120*/                   FSETP.GEU.AND P5, PT, |R147|, 1.175494350822287508e-38, PT ;
+        /*0130*/                   FSETP.GEU.AND P2, PT, R3, -12, PT ;
+    """
+    assert len(re.findall(triton_static.SUBNORMAL_CHECK, sass)) == 3
+
+
+def test_every_special_function_compiles_to_its_instruction_with_no_subnormal_check(compiled):
+    """Every exponential, reciprocal and logarithm of every kernel is one .ftz special-function
+    instruction (attention/triton_tiles.exp): no compare against the subnormal range, which
+    without .ftz ptxas puts around each, with two more instructions."""
+    for row in compiled["rows"] + compiled["variants"] + compiled["keys_as_rows"]:
+        assert row["mufu"] > 0 and row["subnormal_checks"] == 0, row
+
+
+TRITONS_SPECIAL = """
+import argparse, json, triton_special, triton_static
+triton_special.use(argparse.Namespace(smoke=False, tritons_special=True, libdevice_log=False))
+tiles = {"forward": (64, 32, 4, 2), "kv": (16, 32, 4, 2), "q": (32, 16, 4, 2),
+         "decode": (16, 64, 4, 2)}
+rows = [r for m in ("rectify", "opamp") for r in triton_static.static_rows(m, 256, True, tiles)]
+print(json.dumps({"rows": rows}))
+"""
+
+
+def test_the_benchmarks_tritons_special_puts_the_old_functions_back_in_every_kernel(
+    tmp_path_factory, compiled
+):
+    """``--tritons-special`` (benchmarks/triton_special.py), the A/B a GPU session times: compiled
+    with it, every kernel has the subnormal checks of Triton's own tl.exp and division again, and
+    more instructions than with the .ftz functions."""
+    before = _in_own_process(TRITONS_SPECIAL, tmp_path_factory)["rows"]
+    assert [(r["method"], r["kernel"]) for r in before] == [
+        (r["method"], r["kernel"]) for r in compiled["rows"]
+    ]
+    for old, new in zip(before, compiled["rows"], strict=True):
+        _assert_compiled(old)
+        assert old["subnormal_checks"] > 0 and old["instructions"] > new["instructions"], old

@@ -1,6 +1,7 @@
 """Triton device functions every fused attention kernel shares (rectification's, OpAmp's): fp32
-dot products and bf16 rounding that Triton's interpreter reproduces, a tile's offsets, its allowed
-keys, a step of the online softmax, and the span of tiles a program visits. Imports triton:
+dot products and bf16 rounding that Triton's interpreter reproduces, eˣ, 1/x and ln x as one
+special-function instruction each, a tile's offsets, its allowed keys, a step of the online
+softmax, and the span of tiles a program visits. Imports triton:
 import only where it is installed (the kernels are imported lazily, on CUDA or in the
 interpreter)."""
 
@@ -52,6 +53,49 @@ def dot_rounded(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr, acc=None):
     return dot(cast(a, b.dtype, UPCAST), b, PRECISION, UPCAST, acc)
 
 
+# eˣ, 1/x and ln x in fp32 as one special-function (MUFU) instruction each, flushing subnormals to
+# zero (.ftz). Triton compiles tl.exp and 1/x to the same instructions without .ftz: ptxas then
+# wraps each in a subnormal range check, a compare and two predicated multiplies, which in the
+# rectification kernels (four exponentials, two reciprocals and a logarithm per score) was about a
+# quarter of the forward's inner loop. Only results or arguments below 2⁻¹²⁶ differ: flushed to
+# 0. tl.log compiles to libdevice's logf, ~20 instructions. Triton's interpreter runs no PTX:
+# INTERPRETED (the kernels' UPCAST) takes tl.exp, 1/x and tl.log.
+LOG2_E = tl.constexpr(1.4426950408889634)
+LN_2 = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def _special(x, instruction: tl.constexpr):
+    return tl.inline_asm_elementwise(
+        instruction, "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1
+    )
+
+
+@triton.jit
+def exp(x, INTERPRETED: tl.constexpr):
+    """eˣ: ex2.approx.ftz of x·log₂e (relative error ~2⁻²², as tl.exp's ex2.approx)."""
+    if INTERPRETED:
+        return tl.exp(x)
+    return _special(x * LOG2_E, "ex2.approx.ftz.f32 $0, $1;")
+
+
+@triton.jit
+def reciprocal(x, INTERPRETED: tl.constexpr):
+    """1/x: rcp.approx.ftz (≤ 1 ulp; ``1.0 / x`` compiles to div.full, the same rcp.approx with a
+    range check)."""
+    if INTERPRETED:
+        return 1.0 / x
+    return _special(x, "rcp.approx.ftz.f32 $0, $1;")
+
+
+@triton.jit
+def log(x, INTERPRETED: tl.constexpr):
+    """ln x for x > 0: lg2.approx.ftz (absolute error ~2⁻²²) times ln 2."""
+    if INTERPRETED:
+        return tl.log(x)
+    return _special(x, "lg2.approx.ftz.f32 $0, $1;") * LN_2
+
+
 @triton.jit
 def tile(b, h, offs, offs_d, s_b, s_h, s_l, s_d, n, head_dim):
     """Offsets of positions ``offs`` × features ``offs_d`` of head h of batch b, in a tensor with
@@ -70,8 +114,8 @@ def online_softmax(
     P meets v in two bf16 parts (SPLIT, ``dot_split``) or rounded once (``dot_rounded``)."""
     m_new = tl.maximum(m_i, tl.max(z, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp(m_i - m_safe)
-    p = tl.exp(z - m_safe[:, None])
+    alpha = exp(m_i - m_safe, UPCAST)
+    p = exp(z - m_safe[:, None], UPCAST)
     acc = acc * alpha[:, None]
     if SPLIT:
         acc = dot_split(p, v, PRECISION, UPCAST, acc)

@@ -57,6 +57,7 @@ from zoomattn.attention.triton_tiles import (
     cast,
     dot,
     dot_rounded,
+    exp,
     key_range,
     online_softmax,
     query_range,
@@ -107,8 +108,8 @@ def _forward(
         z1 = scores(q1, k1, allowed, scale, PRECISION, UPCAST)
         m0, l0, acc0 = online_softmax(z0, m0, l0, acc0, v, True, PRECISION, UPCAST)
         m1, l1, acc1 = online_softmax(z1, m1, l1, acc1, v, True, PRECISION, UPCAST)
-    o0, lse0 = finish(m0, l0, acc0)
-    o1, lse1 = finish(m1, l1, acc1)
+    o0, lse0 = finish(m0, l0, acc0, UPCAST)
+    o1, lse1 = finish(m1, l1, acc1, UPCAST)
     out = (o0 + o1) * common + (o0 - o1) * differential  # combine_modes, in fp32, rounded once
     out_rows, _out_ok = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
     tl.store(OUT + out_rows, cast(out, OUT.dtype.element_ty, UPCAST), mask=rows_ok)
@@ -164,8 +165,8 @@ def _backward_kv(
                 offs_m[:, None], offs_n[None, :], MASK + b * sm_b + offs_m[:, None] * sm_l,
                 n_q, n_k, offset, CAUSAL, HAS_MASK,
             )  # fmt: skip
-            p0 = tl.exp(scores(q0, k0, allowed, scale, PRECISION, UPCAST) - lse0[:, None])
-            p1 = tl.exp(scores(q1, k1, allowed, scale, PRECISION, UPCAST) - lse1[:, None])
+            p0 = exp(scores(q0, k0, allowed, scale, PRECISION, UPCAST) - lse0[:, None], UPCAST)
+            p1 = exp(scores(q1, k1, allowed, scale, PRECISION, UPCAST) - lse1[:, None], UPCAST)
             dv = dot_rounded(tl.trans(p0 * w0 + p1 * w1), do, PRECISION, UPCAST, dv)
             dp = dot(do, tl.trans(v), PRECISION, UPCAST)  # shared by the branches
             dk0 = dot_rounded(tl.trans(p0 * (dp - delta0[:, None])), q0, PRECISION, UPCAST, dk0)
@@ -215,8 +216,8 @@ def _backward_q(
         allowed = allowed_keys(
             offs_m[:, None], offs_n[None, :], mask_rows, n_q, n_k, offset, CAUSAL, HAS_MASK
         )
-        p0 = tl.exp(scores(q0, k0, allowed, scale, PRECISION, UPCAST) - lse0[:, None])
-        p1 = tl.exp(scores(q1, k1, allowed, scale, PRECISION, UPCAST) - lse1[:, None])
+        p0 = exp(scores(q0, k0, allowed, scale, PRECISION, UPCAST) - lse0[:, None], UPCAST)
+        p1 = exp(scores(q1, k1, allowed, scale, PRECISION, UPCAST) - lse1[:, None], UPCAST)
         dp = dot(do, tl.trans(v), PRECISION, UPCAST)  # shared by the branches
         dq0 = dot_rounded(p0 * (dp - delta0[:, None]), k0, PRECISION, UPCAST, dq0)
         dq1 = dot_rounded(p1 * (dp - delta1[:, None]), k1, PRECISION, UPCAST, dq1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from zoomattn.attention.triton_tiles import dot
+from zoomattn.attention.triton_tiles import dot, log, reciprocal
 
 
 @triton.jit
@@ -18,8 +18,9 @@ def scores(q, k, allowed, scale, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def finish(m_i, l_i, acc):
+def finish(m_i, l_i, acc, UPCAST: tl.constexpr):
     """(Oᵢ in fp32, log-sum-exp): 0 and +inf for a row with no key."""
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
-    return acc / l_safe[:, None], tl.where(empty, float("inf"), m_i + tl.log(l_safe))
+    lse = m_i + log(l_safe, UPCAST)
+    return acc * reciprocal(l_safe, UPCAST)[:, None], tl.where(empty, float("inf"), lse)

@@ -59,9 +59,11 @@ from zoomattn.attention.triton_tiles import (
     dot,
     dot_rounded,
     dot_split,
+    exp,
     key_range,
     online_softmax,
     query_range,
+    reciprocal,
     tile,
 )
 from zoomattn.methods.rectify.triton_tiles import G_KINDS, tile_scores
@@ -116,7 +118,7 @@ def _forward(
     empty = l_i == 0.0  # a row the mask leaves no key: output 0, and p = 0 in backward
     l_i = tl.where(empty, 1.0, l_i)
     m_i = tl.where(empty, 0.0, m_i)
-    acc = acc * (1.0 / l_i)[:, None]
+    acc = acc * reciprocal(l_i, UPCAST)[:, None]
     tl.store(OUT + rows, cast(acc, OUT.dtype.element_ty, UPCAST), mask=rows_ok)
     stats = bh * n_q + offs_m
     tl.store(M + stats, m_i, mask=offs_m < n_q)
@@ -154,7 +156,7 @@ def _backward_kv(
             do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
             stats = (b * n_kv * group + h) * n_q + offs_m
             m = tl.load(M + stats, mask=offs_m < n_q, other=0.0)
-            inv_l = 1.0 / tl.load(L + stats, mask=offs_m < n_q, other=1.0)
+            inv_l = reciprocal(tl.load(L + stats, mask=offs_m < n_q, other=1.0), UPCAST)
             delta = tl.load(DELTA + stats, mask=offs_m < n_q, other=0.0)
             if KEYS_AS_ROWS:  # [BLOCK_N, BLOCK_M] tiles: Pᵀ and dZᵀ as dV and dK take them
                 mask_rows = MASK + b * sm_b + offs_m[None, :] * sm_l
@@ -162,7 +164,7 @@ def _backward_kv(
                     q, u, k, offs_m, offs_n, mask_rows, n_q, n_k, offset, scale, xi,
                     G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST, True,
                 )  # fmt: skip
-                pt = tl.exp(zt - m[None, :]) * inv_l[None, :]
+                pt = exp(zt - m[None, :], UPCAST) * inv_l[None, :]
                 dv = dot_rounded(pt, do, PRECISION, UPCAST, dv)
                 dpt = dot(v, tl.trans(do), PRECISION, UPCAST)
                 dzt = tl.where(allowed_t, pt * (dpt - delta[None, :]), 0.0)
@@ -174,7 +176,7 @@ def _backward_kv(
                     q, u, k, offs_m, offs_n, mask_rows, n_q, n_k, offset, scale, xi,
                     G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST, False,
                 )  # fmt: skip
-                p = tl.exp(z - m[:, None]) * inv_l[:, None]
+                p = exp(z - m[:, None], UPCAST) * inv_l[:, None]
                 dv = dot_rounded(tl.trans(p), do, PRECISION, UPCAST, dv)
                 dp = dot(do, tl.trans(v), PRECISION, UPCAST)
                 dz = tl.where(allowed, p * (dp - delta[:, None]), 0.0)
@@ -205,7 +207,7 @@ def _backward_q(
     do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
     stats = bh * n_q + offs_m
     m = tl.load(M + stats, mask=offs_m < n_q, other=0.0)
-    inv_l = 1.0 / tl.load(L + stats, mask=offs_m < n_q, other=1.0)
+    inv_l = reciprocal(tl.load(L + stats, mask=offs_m < n_q, other=1.0), UPCAST)
     delta = tl.load(DELTA + stats, mask=offs_m < n_q, other=0.0)
     mask_rows = MASK + b * sm_b + offs_m[:, None] * sm_l
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -220,7 +222,7 @@ def _backward_q(
             q, u, k, offs_m, offs_n, mask_rows, n_q, n_k, offset, scale, xi,
             G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST, False,
         )  # fmt: skip
-        p = tl.exp(z - m[:, None]) * inv_l[:, None]
+        p = exp(z - m[:, None], UPCAST) * inv_l[:, None]
         dp = dot(do, tl.trans(v), PRECISION, UPCAST)
         dz = tl.where(allowed, p * (dp - delta[:, None]), 0.0)
         dq = dot_split(dz, k, PRECISION, UPCAST, dq)

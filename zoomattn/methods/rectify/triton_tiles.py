@@ -8,7 +8,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from zoomattn.attention.triton_tiles import allowed_keys, dot
+from zoomattn.attention.triton_tiles import allowed_keys, dot, exp, log, reciprocal
 
 IDENTITY = tl.constexpr(0)
 MAX = tl.constexpr(1)
@@ -19,19 +19,6 @@ G_KINDS = {"identity": 0, "max": 1, "tanh": 2, "tanh_plus_x": 3, "sigmoid": 4}
 
 
 @triton.jit
-def _log(x, INTERPRETED: tl.constexpr):
-    """ln x for x > 0 in fp32. Compiled: one special-function instruction (lg2.approx, absolute
-    error ~2⁻²²) times ln 2, where tl.log compiles to libdevice's logf, ~20 instructions per score.
-    Triton's interpreter runs no PTX: tl.log."""
-    if INTERPRETED:
-        return tl.log(x)
-    log2 = tl.inline_asm_elementwise(
-        "lg2.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1
-    )
-    return log2 * 0.6931471805599453
-
-
-@triton.jit
 def _smooth_max_min(a, b, INTERPRETED: tl.constexpr):
     """f = log(1 + eᵃ + eᵇ) − log(1 + e⁻ᵃ + e⁻ᵇ) with ∂f/∂a and ∂f/∂b, from two exponentials:
     with hi ≥ mid ≥ lo the sorted (0, a, b), every term is exp(v − hi) or exp(lo − v) of one of
@@ -39,13 +26,14 @@ def _smooth_max_min(a, b, INTERPRETED: tl.constexpr):
     hi = tl.maximum(tl.maximum(a, b), 0.0)
     lo = tl.minimum(tl.minimum(a, b), 0.0)
     mid = tl.maximum(tl.minimum(a, b), tl.minimum(tl.maximum(a, b), 0.0))
-    e_mh = tl.exp(mid - hi)
-    e_lm = tl.exp(lo - mid)
+    e_mh = exp(mid - hi, INTERPRETED)
+    e_lm = exp(lo - mid, INTERPRETED)
     e_lh = e_mh * e_lm
     s_pos = 1.0 + e_mh + e_lh  # Σ_v exp(v − hi): log(1 + eᵃ + eᵇ) = hi + log s_pos
     s_neg = 1.0 + e_lm + e_lh  # Σ_v exp(lo − v): log(1 + e⁻ᵃ + e⁻ᵇ) = −lo + log s_neg
-    r_pos, r_neg = 1.0 / s_pos, 1.0 / s_neg  # both in [1/3, 1]: one log of their ratio
-    f = hi + lo + _log(s_pos * r_neg, INTERPRETED)
+    # both in [1/3, 1]: one log of their ratio
+    r_pos, r_neg = reciprocal(s_pos, INTERPRETED), reciprocal(s_neg, INTERPRETED)
+    f = hi + lo + log(s_pos * r_neg, INTERPRETED)
     # ∂f/∂v = exp(v − hi)/s_pos + exp(lo − v)/s_neg for v = a, b: each exponential is the one of
     # v's place in the triple (where v ties two places, both give the same value)
     a_pos = tl.where(a == hi, 1.0, tl.where(a == lo, e_lh, e_mh))
@@ -56,9 +44,20 @@ def _smooth_max_min(a, b, INTERPRETED: tl.constexpr):
 
 
 @triton.jit
+def _sigmoid(x, INTERPRETED: tl.constexpr):
+    """σ(x) = 1/(1 + e⁻ˣ) from one exponential and one reciprocal (tl.sigmoid divides with
+    div.full and exponentiates without .ftz; ``attention/triton_tiles.exp``): 0 where e⁻ˣ
+    overflows, as it should."""
+    if INTERPRETED:
+        return tl.sigmoid(x)
+    return reciprocal(1.0 + exp(-x, INTERPRETED), INTERPRETED)
+
+
+@triton.jit
 def rectifier(x, xi, G_KIND: tl.constexpr, INTERPRETED: tl.constexpr):
     """(g(x), g′(x)) for kernel.Rectifier's variants (its docstring has the formulas)."""
-    t = 2.0 * tl.sigmoid(2.0 * x) - 1.0  # tanh x (unused, hence dropped, by identity/sigmoid)
+    # tanh x (unused, hence dropped, by identity and sigmoid)
+    t = 2.0 * _sigmoid(2.0 * x, INTERPRETED) - 1.0
     if G_KIND == IDENTITY:
         g = x
         dg = tl.full(x.shape, 1.0, tl.float32)
@@ -73,7 +72,7 @@ def rectifier(x, xi, G_KIND: tl.constexpr, INTERPRETED: tl.constexpr):
             a = xi * t
             da = xi * (1.0 - t * t)
         else:
-            s = tl.sigmoid(x)
+            s = _sigmoid(x, INTERPRETED)
             a = 2.0 * xi * (s - 0.5)
             da = 2.0 * xi * s * (1.0 - s)
         g, df_da, df_dx = _smooth_max_min(a, x, INTERPRETED)
