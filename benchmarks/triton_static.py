@@ -14,8 +14,9 @@ memory and whether it fits the card (227 KiB per block), the tensor-core instruc
 Hopper's warpgroup MMA; mma.sync: Ampere's), special-function instructions (MUFU: exp, log,
 reciprocal), the subnormal range checks ptxas wraps around such an instruction without .ftz
 (three or four more instructions each; the kernels take the .ftz ones, ``triton_tiles.exp``),
-every instruction of the kernel's code (a static count, not how many run) and whether the key
-and value loads are pipelined (async copies). Speed stays a GPU measurement: this finds the
+every instruction of the kernel's code (a static count, not how many run), those of its inner
+loop, which every tile runs, and the MUFU among them, and whether the key and value loads are
+pipelined (async copies). Speed stays a GPU measurement: this finds the
 tiles that cannot launch, spill, or are not pipelined, and the other launches the kernels can be
 given (``VARIANTS``: every g, fp16 and fp32, a decoding step) that would not compile on the card:
 the interpreter, which the suite's correctness tests run, compiles nothing.
@@ -192,12 +193,30 @@ def _cuobjdump(cubin: bytes, flag: str) -> str:
         return subprocess.run(command, capture_output=True, text=True, check=True).stdout
 
 
+# an instruction's address (4 hex digits up to 0xfff0, more in longer kernels), its opcode after
+# a guard, and its operands
+INSTRUCTION = r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);"
+
+
 def opcode_counts(sass: str) -> Counter:
     """How many times each opcode (before its first dot) appears in cuobjdump's SASS."""
-    # an instruction's address (4 hex digits up to 0xfff0, more in longer kernels), its opcode
-    # after a guard
-    instruction = r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)"
-    return Counter(op.split(".")[0] for op in re.findall(instruction, sass, re.M))
+    return Counter(op.split(".")[0] for _, op, _ in re.findall(INSTRUCTION, sass, re.M))
+
+
+def inner_loop(sass: str) -> Counter:
+    """The opcodes of the shortest loop (a branch back to an earlier address) that holds a
+    tensor-core product: the key (or query) loop every tile of the kernel runs, where the static
+    count of the whole kernel also holds what runs once."""
+    code = [(int(a, 16), op.split(".")[0], rest)
+            for a, op, rest in re.findall(INSTRUCTION, sass, re.M)]  # fmt: skip
+    loops = []
+    for address, op, rest in code:
+        target = re.match(r"\s*0x([0-9a-f]+)", rest) if op == "BRA" else None
+        if target and int(target.group(1), 16) < address:
+            body = [o for a, o, _ in code if int(target.group(1), 16) <= a <= address]
+            if "HGMMA" in body or "HMMA" in body:
+                loops.append(Counter(body))
+    return min(loops, key=lambda c: sum(c.values()), default=Counter())
 
 
 # ptxas wraps a special-function instruction without .ftz in a compare of its operand against
@@ -212,7 +231,7 @@ def describe(compiled) -> dict:
     """What ptxas made of one compiled kernel (fields as the module docstring)."""
     usage = _cuobjdump(compiled.asm["cubin"], "--dump-resource-usage")
     sass = _cuobjdump(compiled.asm["cubin"], "--dump-sass")
-    opcodes = opcode_counts(sass)
+    opcodes, loop = opcode_counts(sass), inner_loop(sass)
     shared = compiled.metadata.shared
     return {
         "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
@@ -226,6 +245,8 @@ def describe(compiled) -> dict:
         "mufu": opcodes["MUFU"],
         "subnormal_checks": len(re.findall(SUBNORMAL_CHECK, sass)),
         "instructions": sum(opcodes.values()),
+        "loop_instructions": sum(loop.values()),
+        "loop_mufu": loop["MUFU"],
         "pipelined": "async_copy_global_to_local" in compiled.asm["ttgir"],
     }
 
@@ -305,7 +326,7 @@ def sweep_rows(method: str, n: int, masked: bool) -> list[dict]:
 
 COLUMNS = ("method", "kernel", "tile", "mask", "registers", "spill_stack_bytes", "local_stores",
            "shared_bytes", "fits", "wgmma", "mma_sync", "mufu", "subnormal_checks",
-           "instructions", "pipelined")  # fmt: skip
+           "instructions", "loop_instructions", "loop_mufu", "pipelined")  # fmt: skip
 
 
 def markdown(rows: list[dict], header: str, columns=COLUMNS) -> str:

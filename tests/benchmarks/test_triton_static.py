@@ -143,6 +143,23 @@ def test_dk_dv_as_key_rows_compiles_to_hoppers_warpgroup_mmas_only(compiled):
     assert table_kv["mma_sync"] > 0 and table_kv["instructions"] > 0
 
 
+def test_the_inner_loop_is_the_shortest_loop_back_that_holds_a_tensor_core_product(triton_static):
+    sass = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   HGMMA.64x32x16.F32.BF16 R24, gdesc[UR4], RZ ;
+        /*0020*/                   MUFU.EX2 R2, R3 ;
+        /*0030*/                   FADD R4, R2, 1 ;
+        /*0040*/               @P0 BRA 0x10 ;
+        /*0050*/                   MUFU.RCP R5, R4 ;
+        /*0060*/              @!P1 BRA 0x0 ;
+        /*0070*/                   FMUL R6, R5, R5 ;
+        /*0080*/              @!P2 BRA 0x70 ;
+        /*0090*/                   BRA 0x90;
+    """
+    loop = triton_static.inner_loop(sass)
+    assert loop == {"HGMMA": 1, "MUFU": 1, "FADD": 1, "BRA": 1}
+
+
 def test_subnormal_checks_are_counted_around_exponentials_divisions_and_logarithms(triton_static):
     sass = """
         /*0100*/                   FSETP.GEU.AND P6, PT, R111, -126, PT ;
@@ -159,6 +176,7 @@ def test_every_special_function_compiles_to_its_instruction_with_no_subnormal_ch
     without .ftz ptxas puts around each, with two more instructions."""
     for row in compiled["rows"] + compiled["variants"] + compiled["keys_as_rows"]:
         assert row["mufu"] > 0 and row["subnormal_checks"] == 0, row
+        assert 0 < row["loop_mufu"] <= row["mufu"] and row["loop_instructions"] > 0, row
 
 
 TRITONS_SPECIAL = """

@@ -3,12 +3,15 @@ CUDA against the materialised formula in fp64 on the same inputs, values and gra
 v, at a moderate size (L = 512, D = 128, 8 query heads over 2 KV heads): fp32 to 1e-5, bf16 within
 1.5× plain bf16 SDPA's error on the same device; causal prefill, left padding, one decoding step
 with and without a padded cache; the switches off by default (a padding mask as first keys,
-dK/dV's tiles as [keys, queries]); and the dispatch under ``attention_kernels: fused``."""
+dK/dV's tiles as [keys, queries]); g and g′ compiled, with the .ftz special functions, against
+fp64 from small scores to far past exp's range and ξ up to the kernels' largest; and the dispatch
+under ``attention_kernels: fused`` (a ξ beyond the kernels' largest declined)."""
 
 import pytest
 import torch
 
 from tests.gpu.lane import DEVICE
+from tests.methods.rectify.g_in_registers import XIS, assert_g_in_registers_matches_fp64
 from tests.methods.rectify.test_kernel import left_padding_mask
 from zoomattn.attention import kernels
 from zoomattn.attention.math import sdpa
@@ -127,6 +130,12 @@ def _check_against_formula(name, scenario, dtype, tiles=None):
     assert grad_error <= 1.5 * sdpa_grad, (grad_error, sdpa_grad)
 
 
+@pytest.mark.parametrize("xi", XIS)
+@pytest.mark.parametrize("name", [g for g in G_VARIANTS if g != "identity"])
+def test_g_and_its_derivative_compiled_equal_the_rectifier_in_fp64_on_cuda(name, xi):
+    assert_g_in_registers_matches_fp64(name, xi, DEVICE)
+
+
 @pytest.mark.parametrize("fused_decoding", [True, False])
 def test_rectified_attention_runs_the_fused_kernel_on_cuda_when_configured(
     fused_decoding, monkeypatch
@@ -150,3 +159,12 @@ def test_rectified_attention_runs_the_fused_kernel_on_cuda_when_configured(
         assert kernels.paths_run() == {"rectify": expected}
     with torch.no_grad():
         assert _rel(step, rectified_attention(q, u, k, v, g, mask)) <= 1e-2
+
+
+def test_a_xi_beyond_the_kernels_largest_runs_the_blockwise_path_recorded_as_declined():
+    (q, u, k, v), mask = _inputs("padded", torch.bfloat16)
+    g = Rectifier("max", 2 * rectify_kernel.MAX_XI)
+    with torch.no_grad(), kernels.using("fused"):
+        out = rectified_attention(q, u, k, v, g, mask)
+        assert kernels.paths_run() == {"rectify": f"reference (xi > {rectify_kernel.MAX_XI:g})"}
+    assert torch.isfinite(out).all()

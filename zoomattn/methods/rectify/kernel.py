@@ -140,6 +140,9 @@ def _allowed_rows(mask, causal: bool, start: int, end: int, n_q: int, n_k: int, 
 # tiles' retune 0.26× at 8192 (1.00× SDPA's). Off, the block-wise path runs it and the dispatch
 # records the kernel as declined.
 FUSED_DECODING = True
+# The fused kernel's g takes e^a for |a| ≤ ξ (triton_tiles._smooth_max_min), a normal fp32 number
+# with its reciprocal up to ξ ≈ 80; a larger ξ runs the block-wise path, recorded as declined.
+MAX_XI = 80.0
 
 
 def rectified_attention(q, u, k, v, g: Rectifier, mask=None, scaling=None, block=None):
@@ -148,6 +151,7 @@ def rectified_attention(q, u, k, v, g: Rectifier, mask=None, scaling=None, block
     if g.is_identity:
         return sdpa(q + u, k, v, mask, scale)
     declined = "decoding" if q.shape[2] == 1 and not FUSED_DECODING else None
+    declined = f"xi > {MAX_XI:g}" if g.xi > MAX_XI else declined
     if kernels.choose("rectify", q.device, declined) == kernels.FUSED:
         from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention
 

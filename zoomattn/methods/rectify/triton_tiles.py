@@ -19,45 +19,34 @@ G_KINDS = {"identity": 0, "max": 1, "tanh": 2, "tanh_plus_x": 3, "sigmoid": 4}
 
 
 @triton.jit
-def _smooth_max_min(a, b, INTERPRETED: tl.constexpr):
-    """f = log(1 + eᵃ + eᵇ) − log(1 + e⁻ᵃ + e⁻ᵇ) with ∂f/∂a and ∂f/∂b, from two exponentials:
-    with hi ≥ mid ≥ lo the sorted (0, a, b), every term is exp(v − hi) or exp(lo − v) of one of
-    them, i.e. 1, e^{mid−hi}, e^{lo−mid} or their product e^{lo−hi} (all ≤ 1: no overflow)."""
-    hi = tl.maximum(tl.maximum(a, b), 0.0)
-    lo = tl.minimum(tl.minimum(a, b), 0.0)
-    mid = tl.maximum(tl.minimum(a, b), tl.minimum(tl.maximum(a, b), 0.0))
-    e_mh = exp(mid - hi, INTERPRETED)
-    e_lm = exp(lo - mid, INTERPRETED)
-    e_lh = e_mh * e_lm
-    s_pos = 1.0 + e_mh + e_lh  # Σ_v exp(v − hi): log(1 + eᵃ + eᵇ) = hi + log s_pos
-    s_neg = 1.0 + e_lm + e_lh  # Σ_v exp(lo − v): log(1 + e⁻ᵃ + e⁻ᵇ) = −lo + log s_neg
-    # both in [1/3, 1]: one log of their ratio
-    r_pos, r_neg = reciprocal(s_pos, INTERPRETED), reciprocal(s_neg, INTERPRETED)
-    f = hi + lo + log(s_pos * r_neg, INTERPRETED)
-    # ∂f/∂v = exp(v − hi)/s_pos + exp(lo − v)/s_neg for v = a, b: each exponential is the one of
-    # v's place in the triple (where v ties two places, both give the same value)
-    a_pos = tl.where(a == hi, 1.0, tl.where(a == lo, e_lh, e_mh))
-    a_neg = tl.where(a == lo, 1.0, tl.where(a == hi, e_lh, e_lm))
-    b_pos = tl.where(b == hi, 1.0, tl.where(b == lo, e_lh, e_mh))
-    b_neg = tl.where(b == lo, 1.0, tl.where(b == hi, e_lh, e_lm))
-    return f, a_pos * r_pos + a_neg * r_neg, b_pos * r_pos + b_neg * r_neg
-
-
-@triton.jit
-def _sigmoid(x, INTERPRETED: tl.constexpr):
-    """σ(x) = 1/(1 + e⁻ˣ) from one exponential and one reciprocal (tl.sigmoid divides with
-    div.full and exponentiates without .ftz; ``attention/triton_tiles.exp``): 0 where e⁻ˣ
-    overflows, as it should."""
-    if INTERPRETED:
-        return tl.sigmoid(x)
-    return reciprocal(1.0 + exp(-x, INTERPRETED), INTERPRETED)
+def _smooth_max_min(a, b, e_b, INTERPRETED: tl.constexpr):
+    """f = log(1 + eᵃ + eᵇ) − log(1 + e⁻ᵃ + e⁻ᵇ) with ∂f/∂a and ∂f/∂b, given e_b = e^{−|b|}, from
+    one more exponential, A = eᵃ (|a| ≤ ξ ≤ ``kernel.MAX_XI`` keeps A, 1/A and the sums below
+    normal fp32 numbers). Taking e^{|b|} out of the sum it
+    dominates, f = a + b + log(n/d) with n = 1 + E + E·A, d = 1 + A + E·A for b ≥ 0 and
+    n = 1 + A + E, d = A + E + E·A for b < 0 (E = e_b), and ∂f/∂a = c₁/n + c₂/d,
+    ∂f/∂b = c₂/n + c₁/d with c₁ = E·A, c₂ = 1 (b ≥ 0) or c₁ = A, c₂ = E (b < 0)."""
+    big_a = exp(a, INTERPRETED)
+    e_ba = e_b * big_a
+    positive = b >= 0.0
+    n = tl.where(positive, 1.0 + e_b + e_ba, 1.0 + big_a + e_b)
+    d = tl.where(positive, 1.0 + big_a + e_ba, big_a + e_b + e_ba)
+    r_n, r_d = reciprocal(n, INTERPRETED), reciprocal(d, INTERPRETED)
+    f = a + b + log(n * r_d, INTERPRETED)
+    c1 = tl.where(positive, e_ba, big_a)
+    c2 = tl.where(positive, 1.0, e_b)
+    return f, c1 * r_n + c2 * r_d, c2 * r_n + c1 * r_d
 
 
 @triton.jit
 def rectifier(x, xi, G_KIND: tl.constexpr, INTERPRETED: tl.constexpr):
-    """(g(x), g′(x)) for kernel.Rectifier's variants (its docstring has the formulas)."""
-    # tanh x (unused, hence dropped, by identity and sigmoid)
-    t = 2.0 * _sigmoid(2.0 * x, INTERPRETED) - 1.0
+    """(g(x), g′(x)) for kernel.Rectifier's variants (its docstring has the formulas). One
+    exponential, E = e^{−|x|}, gives tanh x = ±(1 − E²)/(1 + E²), σ(x) (1/(1 + E) or E/(1 + E))
+    and the smooth max-min's e^{−|x|}."""
+    e = exp(-tl.abs(x), INTERPRETED)  # unused, hence dropped, by identity
+    e2 = e * e
+    t = (1.0 - e2) * reciprocal(1.0 + e2, INTERPRETED)
+    t = tl.where(x >= 0.0, t, -t)  # tanh x (unused, hence dropped, by identity and sigmoid)
     if G_KIND == IDENTITY:
         g = x
         dg = tl.full(x.shape, 1.0, tl.float32)
@@ -72,10 +61,10 @@ def rectifier(x, xi, G_KIND: tl.constexpr, INTERPRETED: tl.constexpr):
             a = xi * t
             da = xi * (1.0 - t * t)
         else:
-            s = _sigmoid(x, INTERPRETED)
+            s = tl.where(x >= 0.0, 1.0, e) * reciprocal(1.0 + e, INTERPRETED)
             a = 2.0 * xi * (s - 0.5)
             da = 2.0 * xi * s * (1.0 - s)
-        g, df_da, df_dx = _smooth_max_min(a, x, INTERPRETED)
+        g, df_da, df_dx = _smooth_max_min(a, x, e, INTERPRETED)
         dg = df_da * da + df_dx
     return g, dg
 
