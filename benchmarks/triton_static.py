@@ -205,18 +205,21 @@ def opcode_counts(sass: str) -> Counter:
 
 def inner_loop(sass: str) -> Counter:
     """The opcodes of the shortest loop (a branch back to an earlier address) that holds a
-    tensor-core product: the key (or query) loop every tile of the kernel runs, where the static
-    count of the whole kernel also holds what runs once."""
+    tensor-core product, or with fp32 inputs, whose products are FMAs, a special function: the key
+    (or query) loop every tile of the kernel runs, where the kernel's whole code also holds what
+    runs once."""
     code = [(int(a, 16), op.split(".")[0], rest)
             for a, op, rest in re.findall(INSTRUCTION, sass, re.M)]  # fmt: skip
     loops = []
     for address, op, rest in code:
         target = re.match(r"\s*0x([0-9a-f]+)", rest) if op == "BRA" else None
         if target and int(target.group(1), 16) < address:
-            body = [o for a, o, _ in code if int(target.group(1), 16) <= a <= address]
-            if "HGMMA" in body or "HMMA" in body:
-                loops.append(Counter(body))
-    return min(loops, key=lambda c: sum(c.values()), default=Counter())
+            loops.append(Counter(o for a, o, _ in code if int(target.group(1), 16) <= a <= address))
+    for holds in (("HGMMA", "HMMA"), ("MUFU",)):
+        inner = [loop for loop in loops if any(loop[op] for op in holds)]
+        if inner:
+            return min(inner, key=lambda c: sum(c.values()))
+    return Counter()
 
 
 # ptxas wraps a special-function instruction without .ftz in a compare of its operand against

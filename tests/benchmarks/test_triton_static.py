@@ -143,7 +143,9 @@ def test_dk_dv_as_key_rows_compiles_to_hoppers_warpgroup_mmas_only(compiled):
     assert table_kv["mma_sync"] > 0 and table_kv["instructions"] > 0
 
 
-def test_the_inner_loop_is_the_shortest_loop_back_that_holds_a_tensor_core_product(triton_static):
+def test_the_inner_loop_is_the_shortest_loop_back_holding_a_product_or_a_special_function(
+    triton_static,
+):
     sass = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;
         /*0010*/                   HGMMA.64x32x16.F32.BF16 R24, gdesc[UR4], RZ ;
@@ -158,6 +160,9 @@ def test_the_inner_loop_is_the_shortest_loop_back_that_holds_a_tensor_core_produ
     """
     loop = triton_static.inner_loop(sass)
     assert loop == {"HGMMA": 1, "MUFU": 1, "FADD": 1, "BRA": 1}
+    fp32 = sass.replace("HGMMA.64x32x16.F32.BF16 R24, gdesc[UR4], RZ", "FFMA R24, R25, R26, R24")
+    # fp32 inputs: products as FMAs, the loop that holds a special function
+    assert triton_static.inner_loop(fp32) == {"FFMA": 1, "MUFU": 1, "FADD": 1, "BRA": 1}
 
 
 def test_subnormal_checks_are_counted_around_exponentials_divisions_and_logarithms(triton_static):
