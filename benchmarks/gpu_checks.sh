@@ -77,12 +77,15 @@ ab="$py benchmarks/rectified_triton.py"
 step rectify_log_ab 120 bash -c "$ab --lengths 4096 8192 && $ab --libdevice-log --lengths 4096 8192 \
   && $ab --decode 8 --lengths 8192 --padded 0.25 && $ab --libdevice-log --decode 8 --lengths 8192 \
   --padded 0.25"
-# the kernels' special functions as one .ftz instruction each (today's) against Triton's own
-# (tl.exp, div.full, tl.sigmoid, lg2.approx: the kernels' before 2026-11-27), each in its own
-# process on the same card: rectification causal at 4096 and 8192, OpAmp's kernel padded at 8192
+# the kernels' special functions as one .ftz instruction each and g from one exponential (today's)
+# against Triton's own and g over the sorted triple (the kernels before 2026-11-27), each in its own
+# process on the same card: rectification causal at 4096 and 8192 and a decoding step, then
+# OpAmp's kernel padded at 8192
 op="$py benchmarks/opamp_triton.py --lengths 8192 --padded 0.25 --repeats 3"
-step special_ab 150 bash -c "$ab --lengths 4096 8192 --repeats 3 \
-  && $ab --tritons-special --lengths 4096 8192 --repeats 3 && $op && $op --tritons-special"
+dec="--decode 8 --lengths 8192 --padded 0.25"
+step special_ab 200 bash -c "$ab --lengths 4096 8192 --repeats 3 \
+  && $ab --tritons-special --lengths 4096 8192 --repeats 3 && $ab $dec && $ab --tritons-special $dec \
+  && $op && $op --tritons-special"
 # a left-padding mask as bytes (today) against each row's first key (PADDING_STARTS, off until
 # this shows it faster), each in its own process on the same card
 step rectify_starts_ab 100 bash -c "$ab --lengths 4096 8192 --padded 0.25 --repeats 3 \

@@ -3,6 +3,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 G_VARIANTS = ("max", "tanh", "tanh_plus_x", "sigmoid")  # kernel.py: their formulas
+# The fused kernel's g takes e^a for |a| ≤ ξ (triton_tiles._smooth_max_min), a normal fp32 number
+# with its reciprocal up to ξ ≈ 80; kernel.py runs a larger ξ on the block-wise path.
+MAX_XI = 80.0
 
 
 @dataclass(frozen=True)

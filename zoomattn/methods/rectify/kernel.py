@@ -54,7 +54,10 @@ from torch.utils.checkpoint import checkpoint
 
 from zoomattn.attention import kernels
 from zoomattn.attention.math import causal_flag, probe_dtype, repeat_kv, sdpa
-from zoomattn.methods.rectify.config import G_VARIANTS  # torch-free: the workflow checks names
+from zoomattn.methods.rectify.config import (  # torch-free: the workflow checks names
+    G_VARIANTS,
+    MAX_XI,  # the fused kernel's largest ξ: a larger one is declined (recorded)
+)
 
 QUERY_BLOCK = 128
 
@@ -140,9 +143,6 @@ def _allowed_rows(mask, causal: bool, start: int, end: int, n_q: int, n_k: int, 
 # tiles' retune 0.26× at 8192 (1.00× SDPA's). Off, the block-wise path runs it and the dispatch
 # records the kernel as declined.
 FUSED_DECODING = True
-# The fused kernel's g takes e^a for |a| ≤ ξ (triton_tiles._smooth_max_min), a normal fp32 number
-# with its reciprocal up to ξ ≈ 80; a larger ξ runs the block-wise path, recorded as declined.
-MAX_XI = 80.0
 
 
 def rectified_attention(q, u, k, v, g: Rectifier, mask=None, scaling=None, block=None):

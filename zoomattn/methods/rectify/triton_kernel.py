@@ -66,7 +66,7 @@ from zoomattn.attention.triton_tiles import (
     reciprocal,
     tile,
 )
-from zoomattn.methods.rectify.kernel import MAX_XI
+from zoomattn.methods.rectify.config import MAX_XI
 from zoomattn.methods.rectify.triton_tiles import G_KINDS, tile_scores
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)

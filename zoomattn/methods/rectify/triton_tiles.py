@@ -21,7 +21,7 @@ G_KINDS = {"identity": 0, "max": 1, "tanh": 2, "tanh_plus_x": 3, "sigmoid": 4}
 @triton.jit
 def _smooth_max_min(a, b, e_b, INTERPRETED: tl.constexpr):
     """f = log(1 + eᵃ + eᵇ) − log(1 + e⁻ᵃ + e⁻ᵇ) with ∂f/∂a and ∂f/∂b, given e_b = e^{−|b|}, from
-    one more exponential, A = eᵃ (|a| ≤ ξ ≤ ``kernel.MAX_XI`` keeps A, 1/A and the sums below
+    one more exponential, A = eᵃ (|a| ≤ ξ ≤ ``config.MAX_XI`` keeps A, 1/A and the sums below
     normal fp32 numbers). Taking e^{|b|} out of the sum it
     dominates, f = a + b + log(n/d) with n = 1 + E + E·A, d = 1 + A + E·A for b ≥ 0 and
     n = 1 + A + E, d = A + E + E·A for b < 0 (E = e_b), and ∂f/∂a = c₁/n + c₂/d,
