@@ -15,11 +15,12 @@ Hopper's warpgroup MMA; mma.sync: Ampere's), special-function instructions (MUFU
 reciprocal), the subnormal range checks ptxas wraps around such an instruction without .ftz
 (three or four more instructions each; the kernels take the .ftz ones, ``triton_tiles.exp``),
 every instruction of the kernel's code (a static count, not how many run), those of its inner
-loop, which every tile runs, and the MUFU among them, and whether the key and value loads are
-pipelined (async copies). Speed stays a GPU measurement: this finds the
-tiles that cannot launch, spill, or are not pipelined, and the other launches the kernels can be
-given (``VARIANTS``: every g, fp16 and fp32, a decoding step) that would not compile on the card:
-the interpreter, which the suite's correctness tests run, compiles nothing.
+loop, which every tile runs, and the MUFU among them (also per score of the tile:
+``per_score``), and whether the key and value loads are pipelined (async copies). Speed stays a
+GPU measurement: this finds the tiles that cannot launch, spill, or are not pipelined, or repeat
+work, and the other launches the kernels can be given (``VARIANTS``: every g, fp16 and fp32, a
+decoding step) that would not compile on the card: the interpreter, which the suite's
+correctness tests run, compiles nothing.
 
     PYTHONPATH=$PWD python benchmarks/triton_static.py                 # tables and VARIANTS
     PYTHONPATH=$PWD python benchmarks/triton_static.py --sweep         # + rectification's sweep
@@ -254,6 +255,19 @@ def describe(compiled) -> dict:
     }
 
 
+def per_score(row: dict) -> dict:
+    """The inner loop's instructions and MUFU per score of the tile, in thread instructions (the
+    loop's count, per thread, times the threads, over BLOCK_M × BLOCK_N): what the SM issues per
+    score. A layout that computes each score's element-wise work twice shows as twice the MUFU
+    per score of another tile of the same kernel."""
+    block_m, block_n, warps, _ = row["tile"]
+    threads_per_score = 32 * warps / (block_m * block_n)
+    return {
+        "loop_per_score": round(row["loop_instructions"] * threads_per_score, 1),
+        "mufu_per_score": round(row["loop_mufu"] * threads_per_score, 2),
+    }
+
+
 def static_rows(
     method: str, n: int, masked: bool, tiles: dict | None = None, kernels=KERNELS, **variant
 ) -> list[dict]:
@@ -274,6 +288,7 @@ def static_rows(
         t0 = time.perf_counter()
         try:
             row.update(describe(compile_for_sm90(launch)))
+            row.update(per_score(row))
         except triton.CompilationError as error:  # recorded, as the GPU sweep records it
             row["error"] = str(error).strip().splitlines()[-1][:300]
         rows.append({**row, "compile_s": round(time.perf_counter() - t0, 2)})
@@ -329,7 +344,8 @@ def sweep_rows(method: str, n: int, masked: bool) -> list[dict]:
 
 COLUMNS = ("method", "kernel", "tile", "mask", "registers", "spill_stack_bytes", "local_stores",
            "shared_bytes", "fits", "wgmma", "mma_sync", "mufu", "subnormal_checks",
-           "instructions", "loop_instructions", "loop_mufu", "pipelined")  # fmt: skip
+           "instructions", "loop_instructions", "loop_mufu", "loop_per_score", "mufu_per_score",
+           "pipelined")  # fmt: skip
 
 
 def markdown(rows: list[dict], header: str, columns=COLUMNS) -> str:

@@ -165,6 +165,15 @@ def test_the_inner_loop_is_the_shortest_loop_back_holding_a_product_or_a_special
     assert triton_static.inner_loop(fp32) == {"FFMA": 1, "MUFU": 1, "FADD": 1, "BRA": 1}
 
 
+def test_per_score_counts_what_all_the_tiles_threads_issue_for_each_of_its_scores(triton_static):
+    # 4 warps (128 threads) on a 64×32 tile: 16 scores per thread
+    row = {"tile": [64, 32, 4, 2], "loop_instructions": 768, "loop_mufu": 96}
+    assert triton_static.per_score(row) == {"loop_per_score": 48.0, "mufu_per_score": 6.0}
+    # the same loop at 8 warps holds 8 scores per thread: each score's work done twice over
+    row["tile"] = [64, 32, 8, 2]
+    assert triton_static.per_score(row) == {"loop_per_score": 96.0, "mufu_per_score": 12.0}
+
+
 def test_subnormal_checks_are_counted_around_exponentials_divisions_and_logarithms(triton_static):
     sass = """
         /*0100*/                   FSETP.GEU.AND P6, PT, R111, -126, PT ;

@@ -17,6 +17,7 @@ from zoomattn.attention.math import attention_probs, repeat_kv, sdpa
 from zoomattn.methods.opamp import kernel
 
 interpreter_or_skip("tests/gpu/test_opamp_fused_on_cuda.py")
+from zoomattn.methods.opamp import triton_kernel  # noqa: E402
 from zoomattn.methods.opamp.triton_kernel import two_branch_flash  # noqa: E402
 
 N, D = 24, 16  # 16 + 8: two query tiles and two key tiles, the second ragged
@@ -29,10 +30,17 @@ SCENARIOS = {
 }
 
 
-def _scenario(name, dtype):
+# the CUDA tile table's scenarios: more than one of its 128-row tiles, the second ragged
+TABLE_SCENARIOS = {
+    "padded": (2, 2, 1, 150, 150, [150, 70]),
+    "causal_prefill": (1, 2, 1, 150, 150, None),
+}
+
+
+def _scenario(name, dtype, scenarios=SCENARIOS):
     """q_stack = [Q₀ | Q₁], k_stack = [K₀ | K₁] and v (laid out as the model's projections leave
     it, [B, S, H_kv, D] transposed), leaves; the mask."""
-    b, h, hkv, n_q, n_k, lengths = SCENARIOS[name]
+    b, h, hkv, n_q, n_k, lengths = scenarios[name]
     g = torch.Generator().manual_seed(0)
     q_stack = torch.randn(b, 2 * h, n_q, D, generator=g).to(dtype).requires_grad_()
     k_stack = torch.randn(b, 2 * hkv, n_k, D, generator=g).to(dtype).requires_grad_()
@@ -85,8 +93,10 @@ def test_kernel_with_a_scattered_mask_and_empty_tiles_equals_materialised_formul
     _assert_kernel_is_formula(inputs, scattered_mask(N, N))
 
 
-def _assert_kernel_is_formula(inputs, mask):
-    out, grads = _kernel_contract(inputs, mask, lambda *t: two_branch_flash(*t, GAINS, mask))
+def _assert_kernel_is_formula(inputs, mask, tiles=None):
+    out, grads = _kernel_contract(
+        inputs, mask, lambda *t: two_branch_flash(*t, GAINS, mask, tiles=tiles)
+    )
     exact = [t.detach().double().requires_grad_() for t in inputs]
     ref, ref_grads = _kernel_contract(exact, mask, None)
     assert out.dtype == torch.float32 and torch.isfinite(out).all()
@@ -100,6 +110,14 @@ def _assert_kernel_is_formula(inputs, mask):
         empty = ~mask.any(-1)[:, 0]  # [B, L]
         assert empty.any() and (out.transpose(1, 2)[empty] == 0).all()
         assert (grads[0].transpose(1, 2)[empty] == 0).all()
+
+
+@pytest.mark.parametrize("scenario", TABLE_SCENARIOS)
+def test_kernel_at_the_cuda_tile_table_equals_materialised_formula_in_fp32(scenario):
+    """At the tiles CUDA takes (unequal, up to 128 rows; ``_tiles``), which only the gpu lane
+    compiles and runs: the same kernel code, through the interpreter."""
+    tiles = triton_kernel._tiles(torch.device("cuda"))
+    _assert_kernel_is_formula(*_scenario(scenario, torch.float32, TABLE_SCENARIOS), tiles)
 
 
 def test_kernel_bf16_is_as_accurate_as_bf16_sdpa_in_values_and_gradients():
