@@ -119,7 +119,7 @@ def main() -> None:
     DEVICE = tile_sweep.device_for(args, "opamp_triton.py")
     import triton_special  # after device_for: it imports triton
 
-    special = triton_special.use(args)
+    special = triton_special.use(args, has_g=False)
     if args.sweep:
         return tile_sweep.report_sweep(sweep(args), args.out)
     from zoomattn.methods.opamp.triton_kernel import _tiles

@@ -3,11 +3,13 @@ session. The kernels take eˣ, 1/x and ln x from ``zoomattn/attention/triton_til
 ``reciprocal``, ``log``: one .ftz special-function instruction each), and rectification's g and g′
 from ``methods/rectify/triton_tiles.rectifier`` (one exponential of −|x| serves tanh, σ and the
 smooth max-min). ``--tritons-special`` puts back what they were until 2026-11-27: Triton's tl.exp,
-1/x (div.full), tl.sigmoid and lg2.approx without .ftz, and g's smooth max-min over the sorted
-triple (0, a, b) (``sorted_rectifier``, the kernels' code of then). ``--libdevice-log`` puts
-tl.log (libdevice's logf) in place of today's logarithm. Either replaces the functions in every
-module that took them, before the kernels first compile: run each variant in its own process,
-as Triton keys its cache by the source it compiled and a kernel computes that key once."""
+1/x (div.full), tl.sigmoid and lg2.approx without .ftz, g's smooth max-min over the sorted triple
+(0, a, b) (``sorted_rectifier``) and OpAmp's row finish by division and tl.log
+(``tritons_finish``): the kernels' code of then, at whatever tiles the run gives them.
+``--libdevice-log`` puts tl.log (libdevice's logf) in place of today's logarithm. Either
+replaces the functions in every module that took them, before the kernels first compile: run
+each variant in its own process, as Triton keys its cache by the source it compiled and a kernel
+computes that key once."""
 
 import importlib
 
@@ -92,6 +94,13 @@ def sorted_rectifier(x, xi, G_KIND: tl.constexpr, INTERPRETED: tl.constexpr):
     return g, dg
 
 
+@triton.jit
+def tritons_finish(m_i, l_i, acc, UPCAST: tl.constexpr):
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    return acc / l_safe[:, None], tl.where(empty, float("inf"), m_i + tl.log(l_safe))
+
+
 def _replace(functions: dict) -> None:
     for name in KERNEL_MODULES:
         module = importlib.import_module(name)
@@ -100,14 +109,15 @@ def _replace(functions: dict) -> None:
                 setattr(module, attribute, function)
 
 
-def use(args) -> str:
+def use(args, has_g: bool = True) -> str:
     """Puts the functions ``args`` asks for in place (call before the kernels first compile) and
-    says which the kernels then take, for the benchmark's summary."""
+    says which the kernels then take, for the benchmark's summary (``has_g``: rectification's,
+    whose g it names)."""
     if args.tritons_special and args.libdevice_log:
         raise SystemExit("--libdevice-log replaces today's logarithm: not with --tritons-special")
     if args.tritons_special:
         _replace({"exp": tritons_exp, "reciprocal": tritons_reciprocal, "log": lg2_log,
-                  "rectifier": sorted_rectifier})  # fmt: skip
+                  "rectifier": sorted_rectifier, "finish": tritons_finish})  # fmt: skip
     if args.libdevice_log:
         _replace({"log": libdevice_log})
     if args.smoke:  # Triton's interpreter runs no PTX: tl.exp, 1/x, tl.sigmoid and tl.log
@@ -117,4 +127,4 @@ def use(args) -> str:
     else:
         functions = ".ftz (ex2, rcp, lg2)" + (", log=tl.log" if args.libdevice_log else "")
     g = "g over the sorted triple" if args.tritons_special else "g from e^-|x|"
-    return f"special functions {functions}, {g}"
+    return f"special functions {functions}" + (f", {g}" if has_g else "")

@@ -103,10 +103,10 @@ def rectify_table() -> dict:
     return triton_kernel._tiles(128, CUDA)
 
 
-def opamp_table() -> dict:
+def opamp_table(dtype=torch.bfloat16) -> dict:
     from zoomattn.methods.opamp import triton_kernel
 
-    return triton_kernel._tiles(CUDA)
+    return triton_kernel._tiles(CUDA, dtype)
 
 
 def rectify_launches(
@@ -155,7 +155,7 @@ def opamp_launches(
     with recorded(triton_kernel) as launches:
         out = triton_kernel.two_branch_flash(
             q_stack, k_stack, v, (0.5, 5.0), _mask(n, masked, queries),
-            tiles=tiles or opamp_table(),
+            tiles=tiles or opamp_table(dtype),
         )  # fmt: skip
         if queries is None:
             out.backward(torch.zeros_like(out))
@@ -213,7 +213,8 @@ def inner_loop(sass: str) -> Counter:
             for a, op, rest in re.findall(INSTRUCTION, sass, re.M)]  # fmt: skip
     loops = []
     for address, op, rest in code:
-        target = re.match(r"\s*0x([0-9a-f]+)", rest) if op == "BRA" else None
+        # a branch's target is its last operand (after a predicate where it has one: BRA.U !UP0, …)
+        target = re.search(r"0x([0-9a-f]+)\s*$", rest) if op == "BRA" else None
         if target and int(target.group(1), 16) < address:
             loops.append(Counter(o for a, o, _ in code if int(target.group(1), 16) <= a <= address))
     for holds in (("HGMMA", "HMMA"), ("MUFU",)):
@@ -223,8 +224,9 @@ def inner_loop(sass: str) -> Counter:
     return Counter()
 
 
-# ptxas wraps a special-function instruction without .ftz in a compare of its operand against
-# the subnormal range: ex2.approx (-126), div.full (2¹²⁶ ≈ 8.5e37), lg2.approx (2⁻¹²⁶ ≈ 1.18e-38)
+# ptxas wraps a special-function instruction without .ftz in compares of its operand against the
+# subnormal range: ex2.approx (-126), div.full (2¹²⁶ ≈ 8.5e37, and 2⁻¹²⁶ ≈ 1.18e-38 where it
+# divides), lg2.approx (2⁻¹²⁶): the count is of those compares, one or two per instruction
 SUBNORMAL_CHECK = (
     r"FSETP\.\w+(?:\.\w+)*\s+[^;]*"
     r"(?:, -126, |8\.50705917302346158658e\+37|1\.175494350822287508e-38)"

@@ -22,11 +22,13 @@ def _smoke(script: str, *args: str) -> list[dict]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-def test_opamp_benchmark_times_the_kernel_beside_the_stacked_call_and_agrees_with_it():
-    row, summary = _smoke("opamp_triton.py", "--padded", "0.25", "--tritons-special")
+@pytest.mark.parametrize("special", [[], ["--tritons-special"]])
+def test_opamp_benchmark_times_the_kernel_beside_the_stacked_call_and_agrees_with_it(special):
+    row, summary = _smoke("opamp_triton.py", "--padded", "0.25", *special)
     assert row["n"] == 40 and row["triton_vs_stacked_rel_error"] < 2e-2  # bf16 outputs
     assert {"sdpa_ms", "stacked_ms", "triton_ms", "triton_time_vs_sdpa"} <= set(row)
     assert "padded=0.25" in summary["shape"] and summary["40"]["triton_time_vs_sdpa"] > 0
+    assert summary["shape"].endswith("special functions interpreter's")  # OpAmp has no g
 
 
 def test_opamp_stacked_benchmark_times_both_ways_and_counts_less_kept_with_adapters_replayed():

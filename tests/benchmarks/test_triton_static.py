@@ -151,7 +151,7 @@ def test_the_inner_loop_is_the_shortest_loop_back_holding_a_product_or_a_special
         /*0010*/                   HGMMA.64x32x16.F32.BF16 R24, gdesc[UR4], RZ ;
         /*0020*/                   MUFU.EX2 R2, R3 ;
         /*0030*/                   FADD R4, R2, 1 ;
-        /*0040*/               @P0 BRA 0x10 ;
+        /*0040*/               @P0 BRA.U !UP0, 0x10 ;
         /*0050*/                   MUFU.RCP R5, R4 ;
         /*0060*/              @!P1 BRA 0x0 ;
         /*0070*/                   FMUL R6, R5, R5 ;

@@ -30,10 +30,12 @@ SCENARIOS = {
 }
 
 
-# the CUDA tile table's scenarios: more than one of its 128-row tiles, the second ragged
+# the CUDA tile table's scenarios: more than one of its 128-row tiles, the second ragged, and a
+# decoding step over more than one of the decode tile's 128 keys
 TABLE_SCENARIOS = {
     "padded": (2, 2, 1, 150, 150, [150, 70]),
     "causal_prefill": (1, 2, 1, 150, 150, None),
+    "decoding_step": (1, 2, 1, 1, 150, None),
 }
 
 
@@ -114,10 +116,21 @@ def _assert_kernel_is_formula(inputs, mask, tiles=None):
 
 @pytest.mark.parametrize("scenario", TABLE_SCENARIOS)
 def test_kernel_at_the_cuda_tile_table_equals_materialised_formula_in_fp32(scenario):
-    """At the tiles CUDA takes (unequal, up to 128 rows; ``_tiles``), which only the gpu lane
-    compiles and runs: the same kernel code, through the interpreter."""
+    """At the tiles CUDA takes for bf16 (unequal, up to 128 rows; the decode tile for the step;
+    ``_tiles``), which only the gpu lane compiles and runs: the same kernel code, through the
+    interpreter."""
     tiles = triton_kernel._tiles(torch.device("cuda"))
     _assert_kernel_is_formula(*_scenario(scenario, torch.float32, TABLE_SCENARIOS), tiles)
+
+
+def test_a_call_of_few_queries_runs_the_forward_on_the_decode_tile_and_fp32_its_own_table():
+    table = triton_kernel._tiles(torch.device("cuda"))
+    for name, forward in (("decoding_step", table["decode"]), ("causal_prefill", table["forward"])):
+        inputs, mask = _scenario(name, torch.float32)
+        spec = triton_kernel.prepared(*inputs, GAINS, mask, tiles=table)[-1]
+        assert spec["tiles"]["forward"] == forward
+    fp32 = triton_kernel._tiles(torch.device("cuda"), torch.float32)
+    assert fp32 != table and len(set(fp32.values())) == 1  # the first table, 32×32 at 8 warps
 
 
 def test_kernel_bf16_is_as_accurate_as_bf16_sdpa_in_values_and_gradients():

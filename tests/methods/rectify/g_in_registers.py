@@ -12,7 +12,10 @@ import triton.language as tl
 from zoomattn.methods.rectify.kernel import MAX_XI, Rectifier
 from zoomattn.methods.rectify.triton_tiles import G_KINDS, rectifier
 
-SCORES = torch.cat([torch.linspace(-6, 6, 97), torch.tensor([-300.0, -90, -40, 40, 90, 300])])
+# far past exp's range, and around |x| ≈ 87.3, where e^{−|x|} becomes subnormal (flushed to 0
+# compiled): the smooth max-min then drops its terms in e^{ξ−|x|}
+FLUSH = [-90.0, -88.5, -88, -87.5, -87, 87, 87.5, 88, 88.5, 90]
+SCORES = torch.cat([torch.linspace(-6, 6, 97), torch.tensor([-300.0, -40, *FLUSH, 40, 300])])
 XIS = [0.5, 3.0, 10.0, 40.0, MAX_XI]
 
 

@@ -174,21 +174,25 @@ def test_rectified_attention_runs_the_fused_kernel_where_dispatch_says_fused(
         assert kernels.paths_run() == {"rectify": "fused+reference (decoding)"}
 
 
+@pytest.mark.parametrize("name", ["max", "sigmoid"])
 def test_a_xi_beyond_the_kernels_largest_is_declined_by_the_dispatch_and_refused_by_the_kernel(
-    on_cuda_under_fused,
+    name, on_cuda_under_fused
 ):
-    """The kernel's g takes e^a for |a| ≤ ξ, finite in fp32 up to ``MAX_XI``: past it the
-    block-wise path runs, recorded as declined, and a direct call of the kernel is an error."""
+    """The kernel's smooth max-min takes e^a for |a| ≤ ξ beside e^{−|x|}, accurate in fp32 up to
+    ``MAX_XI``: past it the block-wise path runs, recorded as declined, and a direct call of the
+    kernel is an error. g = tanh, which has no e^a, takes any ξ."""
     (q, u, k, v), mask = _scenario("padded", torch.float32)
-    g = Rectifier("max", 2 * rectify_kernel.MAX_XI)
+    g = Rectifier(name, 2 * rectify_kernel.MAX_XI)
     with torch.no_grad():
         out = rectified_attention(q, u, k, v, g, mask)
         reference = rectified_attention_materialised(q, u, k, v, g, mask)
-    torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
-    assert on_cuda_under_fused == []
-    assert kernels.paths_run() == {"rectify": "reference (xi > 80)"}
-    with pytest.raises(ValueError, match="xi ≤ 80"):
-        fused_rectified_attention(q, u, k, v, g, mask)
+        torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
+        assert on_cuda_under_fused == []
+        assert kernels.paths_run() == {"rectify": "reference (xi > 64)"}
+        with pytest.raises(ValueError, match=f"xi ≤ 64 for g {name}"):
+            fused_rectified_attention(q, u, k, v, g, mask)
+        rectified_attention(q, u, k, v, Rectifier("tanh", 2 * rectify_kernel.MAX_XI), mask)
+    assert on_cuda_under_fused == [(N, True)]
 
 
 def test_fused_setting_keeps_the_blockwise_path_on_the_cpu():

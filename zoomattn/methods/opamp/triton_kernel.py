@@ -228,18 +228,27 @@ def _backward_q(
 # --- host side -----------------------------------------------------------------------------------
 
 
-def _tiles(device: torch.device) -> dict[str, tuple[int, int, int, int]]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel. On CUDA a table chosen without a
-    GPU, from the kernels as Triton's JIT compiles them for sm_90 at head dim 128 in bf16
+DECODE_QUERIES = 16  # calls of at most this many queries run the forward on the ``decode`` tile
+
+
+def _tiles(device: torch.device, dtype=torch.bfloat16) -> dict[str, tuple[int, int, int, int]]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel, and ``decode``: the forward's for a
+    call of at most ``DECODE_QUERIES`` queries. On CUDA a table chosen without a GPU, from the
+    kernels as Triton's JIT compiles them for sm_90 at head dim 128 in bf16
     (``benchmarks/triton_static.py``): the tiles, spill-free and pipelined in causal prefill and
-    under a padding mask, whose inner loop takes the fewest instructions per score. The table
-    before (32×32 at 8 warps for all three) computed each score's exponentials 2–2.7 times over
-    (6 MUFU per score in the forward against 2.25) and ran at 11–17× SDPA's time on the H200;
-    this one is untimed, and never swept (``benchmarks/opamp_triton.py --sweep``). Elsewhere
-    (Triton's interpreter) 16×16, so short test sequences span several tiles."""
+    under a padding mask, whose inner loop takes the fewest instructions per score (for
+    ``decode``, per key of a one-query step). The table before (32×32 at 8 warps for all three)
+    computed each score's exponentials 2–2.7 times over (6 MUFU per score in the forward against
+    2.25) and ran at 11–17× SDPA's time on the H200; this one is untimed, and never swept
+    (``benchmarks/opamp_triton.py --sweep``). fp32 inputs, whose products are FMAs, keep that
+    first table: at this one they spill 6–12 KiB per thread. Elsewhere (Triton's interpreter)
+    16×16, so short test sequences span several tiles."""
     if device.type != "cuda":
-        return {"forward": (16, 16, 1, 1), "kv": (16, 16, 1, 1), "q": (16, 16, 1, 1)}
-    return {"forward": (128, 32, 8, 2), "kv": (16, 64, 8, 2), "q": (64, 16, 4, 2)}
+        return dict.fromkeys(("forward", "kv", "q", "decode"), (16, 16, 1, 1))
+    if dtype == torch.float32:
+        return dict.fromkeys(("forward", "kv", "q", "decode"), (32, 32, 8, 2))
+    return {"forward": (128, 32, 8, 2), "kv": (16, 64, 8, 2), "q": (64, 16, 4, 2),
+            "decode": (16, 128, 8, 2)}  # fmt: skip
 
 
 def _check_inputs(q_stack, k_stack, v) -> None:
@@ -367,8 +376,10 @@ def prepared(q_stack, k_stack, v, gains, mask=None, scaling=None, tiles=None) ->
         "common": common,
         "differential": differential,
         "weights": (common + differential, common - differential),
-        "tiles": tiles or _tiles(q_stack.device),
+        "tiles": tiles or _tiles(q_stack.device, q_stack.dtype),
     }
+    if n_q <= DECODE_QUERIES and "decode" in spec["tiles"]:
+        spec["tiles"] = {**spec["tiles"], "forward": spec["tiles"]["decode"]}
     return q_stack, k_stack, v, check_mask(mask, q_stack.shape[0], n_q, n_k), spec
 
 

@@ -3,9 +3,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 G_VARIANTS = ("max", "tanh", "tanh_plus_x", "sigmoid")  # kernel.py: their formulas
-# The fused kernel's g takes e^a for |a| ≤ ξ (triton_tiles._smooth_max_min), a normal fp32 number
-# with its reciprocal up to ξ ≈ 80; kernel.py runs a larger ξ on the block-wise path.
-MAX_XI = 80.0
+# The fused kernel's smooth max-min (g max and sigmoid) takes e^a for |a| ≤ ξ beside e^{−|x|}
+# (triton_tiles._smooth_max_min). Its terms in e^{ξ−|x|} are lost where e^{−|x|} flushes to 0
+# (|x| > 87.3, a subnormal): an error of e^{ξ−87.3} relative, 1e-10 at ξ = 64, 7e-4 at 80.
+MAX_XI = 64.0
+
+
+def beyond_fused_kernel(g: str, xi: float) -> bool:
+    """Whether the fused kernel declines g at ξ: the smooth max-min's past ``MAX_XI``."""
+    return g in ("max", "sigmoid") and xi > MAX_XI
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,8 @@ from zoomattn.attention import kernels
 from zoomattn.attention.math import causal_flag, probe_dtype, repeat_kv, sdpa
 from zoomattn.methods.rectify.config import (  # torch-free: the workflow checks names
     G_VARIANTS,
-    MAX_XI,  # the fused kernel's largest ξ: a larger one is declined (recorded)
+    MAX_XI,
+    beyond_fused_kernel,  # the fused kernel's smooth max-min past MAX_XI: declined (recorded)
 )
 
 QUERY_BLOCK = 128
@@ -151,7 +152,7 @@ def rectified_attention(q, u, k, v, g: Rectifier, mask=None, scaling=None, block
     if g.is_identity:
         return sdpa(q + u, k, v, mask, scale)
     declined = "decoding" if q.shape[2] == 1 and not FUSED_DECODING else None
-    declined = f"xi > {MAX_XI:g}" if g.xi > MAX_XI else declined
+    declined = f"xi > {MAX_XI:g}" if beyond_fused_kernel(g.name, g.xi) else declined
     if kernels.choose("rectify", q.device, declined) == kernels.FUSED:
         from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention
 

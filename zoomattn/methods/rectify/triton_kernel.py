@@ -66,7 +66,7 @@ from zoomattn.attention.triton_tiles import (
     reciprocal,
     tile,
 )
-from zoomattn.methods.rectify.config import MAX_XI
+from zoomattn.methods.rectify.config import MAX_XI, beyond_fused_kernel
 from zoomattn.methods.rectify.triton_tiles import G_KINDS, tile_scores
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -373,8 +373,8 @@ def fused_rectified_attention(
     over every key); True makes L < S queries causal with the offset S − L (chunked prefill over
     a cache). ``tiles`` overrides ``_tiles`` (benchmarks, tests)."""
     _check_inputs(q, u, k, v)
-    if g.xi > MAX_XI:
-        raise ValueError(f"fused rectified attention: xi ≤ {MAX_XI:g} (e^xi in fp32), got {g.xi} "
+    if beyond_fused_kernel(g.name, g.xi):
+        raise ValueError(f"fused rectified attention: xi ≤ {MAX_XI:g} for g {g.name}, got {g.xi} "
                          "(attention_kernels: reference runs any xi)")  # fmt: skip
     q, u = _dense_pair(q, u)
     k, v = _dense_pair(k, v)

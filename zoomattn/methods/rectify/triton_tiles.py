@@ -22,9 +22,9 @@ G_KINDS = {"identity": 0, "max": 1, "tanh": 2, "tanh_plus_x": 3, "sigmoid": 4}
 def _smooth_max_min(a, b, e_b, INTERPRETED: tl.constexpr):
     """f = log(1 + eᵃ + eᵇ) − log(1 + e⁻ᵃ + e⁻ᵇ) with ∂f/∂a and ∂f/∂b, given e_b = e^{−|b|}, from
     one more exponential, A = eᵃ (|a| ≤ ξ ≤ ``config.MAX_XI`` keeps A, 1/A and the sums below
-    normal fp32 numbers). Taking e^{|b|} out of the sum it
-    dominates, f = a + b + log(n/d) with n = 1 + E + E·A, d = 1 + A + E·A for b ≥ 0 and
-    n = 1 + A + E, d = A + E + E·A for b < 0 (E = e_b), and ∂f/∂a = c₁/n + c₂/d,
+    normal fp32 numbers, and what e_b's flush to 0 past |b| ≈ 87 drops negligible). Taking e^{|b|}
+    out of the sum it dominates, f = a + b + log(n/d) with n = 1 + E + E·A, d = 1 + A + E·A for
+    b ≥ 0 and n = 1 + A + E, d = A + E + E·A for b < 0 (E = e_b), and ∂f/∂a = c₁/n + c₂/d,
     ∂f/∂b = c₂/n + c₁/d with c₁ = E·A, c₂ = 1 (b ≥ 0) or c₁ = A, c₂ = E (b < 0)."""
     big_a = exp(a, INTERPRETED)
     e_ba = e_b * big_a
