@@ -111,7 +111,7 @@ step lkg_heads 150 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192
 step rectify_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/rectified_triton.py --sweep --lengths 4096 \
   --padded 0.25 --budget-s "${SWEEP_S:-150}" --out "$out/rectified_tiles.json"
 # OpAmp's Triton kernel alone against the stacked SDPA call at 8192 under that mask, then its
-# tile sweep (benchmarks/opamp_triton.py; its table, 32×32 at 8 warps, was never swept)
+# tile sweep (benchmarks/opamp_triton.py; its table, chosen from sm_90 compiles, was never swept)
 step opamp_padded 60 $py benchmarks/opamp_triton.py --lengths 8192 --padded 0.25 --repeats 3
 step opamp_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/opamp_triton.py --sweep --lengths 4096 \
   --padded 0.25 --budget-s "${SWEEP_S:-150}" --out "$out/opamp_tiles.json"

@@ -5,7 +5,8 @@ kernel's candidate tiles with the others at the table's.
 
 A tile is (BLOCK_M, BLOCK_N, warps, stages). BLOCK_M is the query tile (the dK/dV kernel's step
 over query rows), BLOCK_N the key tile (the forward and dQ kernels' step). Both kernels take a
-table ``{"forward": tile, "kv": tile, "q": tile}`` (rectification's adds ``decode``).
+table ``{"forward": tile, "kv": tile, "q": tile, "decode": tile}`` (the forward's tile for a call
+of a few queries; the sweep leaves it as the table has it).
 """
 
 from __future__ import annotations

@@ -122,8 +122,10 @@ def use(args, has_g: bool = True) -> str:
         _replace({"log": libdevice_log})
     if args.smoke:  # Triton's interpreter runs no PTX: tl.exp, 1/x, tl.sigmoid and tl.log
         functions = "interpreter's"
-    elif args.tritons_special:
-        functions = "Triton's (tl.exp, div.full, tl.sigmoid, lg2.approx)"
+    elif args.tritons_special:  # OpAmp's one logarithm, its row finish's, was tl.log
+        functions = "Triton's (tl.exp, div.full, " + (
+            "tl.sigmoid, lg2.approx)" if has_g else "tl.log)"
+        )
     else:
         functions = ".ftz (ex2, rcp, lg2)" + (", log=tl.log" if args.libdevice_log else "")
     g = "g over the sorted triple" if args.tritons_special else "g from e^-|x|"

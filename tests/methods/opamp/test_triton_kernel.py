@@ -128,9 +128,10 @@ def test_a_call_of_few_queries_runs_the_forward_on_the_decode_tile_and_fp32_its_
     for name, forward in (("decoding_step", table["decode"]), ("causal_prefill", table["forward"])):
         inputs, mask = _scenario(name, torch.float32)
         spec = triton_kernel.prepared(*inputs, GAINS, mask, tiles=table)[-1]
-        assert spec["tiles"]["forward"] == forward
+        assert spec["tiles"] == {**table, "forward": forward}  # the backward's tiles as they were
+    # fp32, whose products are FMAs, keeps the first table: 32×32 at 8 warps
     fp32 = triton_kernel._tiles(torch.device("cuda"), torch.float32)
-    assert fp32 != table and len(set(fp32.values())) == 1  # the first table, 32×32 at 8 warps
+    assert fp32 == dict.fromkeys(("forward", "kv", "q", "decode"), (32, 32, 8, 2))
 
 
 def test_kernel_bf16_is_as_accurate_as_bf16_sdpa_in_values_and_gradients():

@@ -191,8 +191,12 @@ def test_a_xi_beyond_the_kernels_largest_is_declined_by_the_dispatch_and_refused
         assert kernels.paths_run() == {"rectify": "reference (xi > 64)"}
         with pytest.raises(ValueError, match=f"xi ≤ 64 for g {name}"):
             fused_rectified_attention(q, u, k, v, g, mask)
-        rectified_attention(q, u, k, v, Rectifier("tanh", 2 * rectify_kernel.MAX_XI), mask)
-    assert on_cuda_under_fused == [(N, True)]
+        for taken in (Rectifier(name, rectify_kernel.MAX_XI), Rectifier("tanh", g.xi)):
+            torch.testing.assert_close(  # at the bound, and tanh at any ξ: the kernel
+                rectified_attention(q, u, k, v, taken, mask),
+                rectified_attention_materialised(q, u, k, v, taken, mask), atol=1e-5, rtol=1e-5,
+            )  # fmt: skip
+    assert on_cuda_under_fused == [(N, True), (N, True)]
 
 
 def test_fused_setting_keeps_the_blockwise_path_on_the_cpu():
