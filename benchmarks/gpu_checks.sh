@@ -92,10 +92,12 @@ step rectify_starts_ab 100 bash -c "$ab --lengths 4096 8192 --padded 0.25 --repe
   && $ab --padding-starts --lengths 4096 8192 --padded 0.25 --repeats 3"
 # dK/dV's tiles as [keys, queries] (KV_KEYS_AS_ROWS, off until this shows it faster; compiled for
 # sm_90 they take Hopper's warpgroup MMAs at 64 or 128 keys: triton_static.md) against today's
-# [queries, keys] tiles, each in its own process on the same card; then its own tile sweep
+# [queries, keys] tiles, each in its own process on the same card, and with PADDING_STARTS too
+# (16×128 at 8 warps: with both switches 16×64 spills, triton_static.md); then its own tile sweep
 kv="--lengths 4096 8192 --padded 0.25 --repeats 3"
-step rectify_kv_ab 150 bash -c "$ab $kv && $ab $kv --kv-keys-as-rows --tiles '{\"kv\": [16, 64, 4, 2]}' \
-  && $ab $kv --kv-keys-as-rows --tiles '{\"kv\": [16, 128, 8, 2]}'"
+step rectify_kv_ab 190 bash -c "$ab $kv && $ab $kv --kv-keys-as-rows --tiles '{\"kv\": [16, 64, 4, 2]}' \
+  && $ab $kv --kv-keys-as-rows --tiles '{\"kv\": [16, 128, 8, 2]}' \
+  && $ab $kv --padding-starts --kv-keys-as-rows --tiles '{\"kv\": [16, 128, 8, 2]}'"
 step rectify_kv_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/rectified_triton.py --sweep \
   --kv-keys-as-rows --lengths 4096 --padded 0.25 --budget-s "${SWEEP_S:-150}" \
   --out "$out/rectified_kv_tiles.json"

@@ -306,6 +306,12 @@ def static_rows(
 VARIANTS = [
     *[("rectify", True, {"g": g}) for g in ("tanh", "tanh_plus_x", "sigmoid")],
     ("rectify", True, {"starts": True}),  # PADDING_STARTS: the mask as each row's first key
+    # both switches: the dK/dV kernel keys first with the padding as first keys
+    *[
+        ("rectify", True, {**both, "kv": kv, "kernels": ["_backward_kv"]})
+        for both in [{"starts": True, "keys_as_rows": True}]
+        for kv in ((16, 64, 4, 2), (16, 128, 8, 2))
+    ],
     # KV_KEYS_AS_ROWS: dK/dV's [keys, queries] tiles, at the table's tile and at 64 or 128 keys
     *[
         ("rectify", masked, {"keys_as_rows": True, "kv": kv, "kernels": ["_backward_kv"]})
