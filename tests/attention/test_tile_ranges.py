@@ -5,7 +5,7 @@ kernel itself is held to the formula under such masks in test_triton_kernel.py."
 import torch
 
 from tests.methods.rectify.test_kernel import left_padding_mask
-from zoomattn.attention.tile_ranges import padding_starts, tile_ranges
+from zoomattn.attention.tile_ranges import DECODE_QUERIES, padding_starts, tile_ranges, tiles_for
 
 
 def scattered_mask(n_q, n_k, seed=0):
@@ -59,3 +59,12 @@ def test_padding_starts_are_each_rows_first_real_key_for_left_padding_under_caus
     assert padding_starts(holed) is None
     assert padding_starts(scattered_mask(24, 24)) is None
     assert padding_starts(torch.ones(1, 1, 24, 24, dtype=torch.bool)) is None  # not causal
+
+
+def test_a_call_of_a_few_queries_takes_the_decode_tile_as_its_forward_and_no_other():
+    table = {"forward": (64, 32, 4, 3), "kv": (16, 32, 4, 2), "q": (64, 16, 4, 2),
+             "decode": (16, 64, 4, 2)}  # fmt: skip
+    assert tiles_for(table, 1) == {**table, "forward": (16, 64, 4, 2)}
+    assert tiles_for(table, DECODE_QUERIES + 1) == table
+    without = {k: v for k, v in table.items() if k != "decode"}
+    assert tiles_for(without, 1) == without

@@ -1,5 +1,5 @@
-"""The mask as the fused Triton kernels take it (rectification's, OpAmp's), and which tiles their
-programs visit under it.
+"""The mask as the fused Triton kernels take it (rectification's, OpAmp's), which tiles their
+programs visit under it, and the tile a call of a few queries takes (``tiles_for``).
 
 A mask ``[B, 1, L, S]`` may rule out whole tiles of the score matrix: the upper triangle of a causal
 mask, the rows and columns of left padding, the cross-passage blocks of a structured mask. A
@@ -14,6 +14,17 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+DECODE_QUERIES = 16  # calls of at most this many queries run the forward on the ``decode`` tile
+
+
+def tiles_for(tiles: dict, n_q: int) -> dict:
+    """A kernel's tile table for a call of ``n_q`` queries: with a ``decode`` tile, that as the
+    forward's for a call of a few queries (a decoding step), which would use one row of a
+    prefill tile."""
+    if n_q <= DECODE_QUERIES and "decode" in tiles:
+        return {**tiles, "forward": tiles["decode"]}
+    return tiles
 
 
 def check_mask(mask, bsz: int, n_q: int, n_k: int) -> torch.Tensor | None:

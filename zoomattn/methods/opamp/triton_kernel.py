@@ -51,7 +51,13 @@ import triton
 import triton.language as tl
 
 from zoomattn.attention.math import causal_flag, row_dot
-from zoomattn.attention.tile_ranges import check_mask, launch_arg, mask_arg, tile_ranges
+from zoomattn.attention.tile_ranges import (
+    check_mask,
+    launch_arg,
+    mask_arg,
+    tile_ranges,
+    tiles_for,
+)
 from zoomattn.attention.triton_tiles import (
     allowed_keys,
     cast,
@@ -228,13 +234,10 @@ def _backward_q(
 # --- host side -----------------------------------------------------------------------------------
 
 
-DECODE_QUERIES = 16  # calls of at most this many queries run the forward on the ``decode`` tile
-
-
 def _tiles(device: torch.device, dtype=torch.bfloat16) -> dict[str, tuple[int, int, int, int]]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel, and ``decode``: the forward's for a
-    call of at most ``DECODE_QUERIES`` queries. On CUDA a table chosen without a GPU, from the
-    kernels as Triton's JIT compiles them for sm_90 at head dim 128 in bf16
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel, and ``decode``: the forward's for
+    a call of a few queries (``tile_ranges.tiles_for``). On CUDA a table chosen without a GPU, from
+    the kernels as Triton's JIT compiles them for sm_90 at head dim 128 in bf16
     (``benchmarks/triton_static.py``): the tiles, spill-free and pipelined in causal prefill and
     under a padding mask, whose inner loop takes the fewest instructions per score (for
     ``decode``, per key of a one-query step). The table before (32×32 at 8 warps for all three)
@@ -376,10 +379,8 @@ def prepared(q_stack, k_stack, v, gains, mask=None, scaling=None, tiles=None) ->
         "common": common,
         "differential": differential,
         "weights": (common + differential, common - differential),
-        "tiles": tiles or _tiles(q_stack.device, q_stack.dtype),
+        "tiles": tiles_for(tiles or _tiles(q_stack.device, q_stack.dtype), n_q),
     }
-    if n_q <= DECODE_QUERIES and "decode" in spec["tiles"]:
-        spec["tiles"] = {**spec["tiles"], "forward": spec["tiles"]["decode"]}
     return q_stack, k_stack, v, check_mask(mask, q_stack.shape[0], n_q, n_k), spec
 
 

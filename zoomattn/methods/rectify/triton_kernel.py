@@ -53,6 +53,7 @@ from zoomattn.attention.tile_ranges import (
     mask_arg,
     padding_starts,
     tile_ranges,
+    tiles_for,
 )
 from zoomattn.attention.triton_tiles import (
     cast,
@@ -70,7 +71,6 @@ from zoomattn.methods.rectify.config import MAX_XI, beyond_fused_kernel
 from zoomattn.methods.rectify.triton_tiles import G_KINDS, tile_scores
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-DECODE_QUERIES = 16  # calls of at most this many queries run the forward on the ``decode`` tile
 # A left-padding causal mask (the training batches') passed as each batch row's first real key
 # (tile_ranges.padding_starts), not as bytes the kernels load per tile; off until a GPU times it.
 PADDING_STARTS = False
@@ -383,9 +383,7 @@ def fused_rectified_attention(
         causal = causal_flag(mask, n_q, n_k)
     elif causal and (mask is not None or n_q > n_k):
         raise ValueError("causal=True takes no mask and at most as many queries as keys")
-    tiles = tiles or _tiles(q.shape[-1], q.device)
-    if n_q <= DECODE_QUERIES and "decode" in tiles:
-        tiles = {**tiles, "forward": tiles["decode"]}
+    tiles = tiles_for(tiles or _tiles(q.shape[-1], q.device), n_q)
     spec = {
         "g_kind": G_KINDS["identity" if g.is_identity else g.name],
         "xi": float(g.xi),
