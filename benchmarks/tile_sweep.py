@@ -225,8 +225,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="on CUDA: each variant's step once more under the allocator's "
                         "history, pickled in DIR, and the blocks live at its peak")  # fmt: skip
     p.add_argument("--tritons-special", action="store_true",
-                   help="eˣ, 1/x, σ and ln x as the kernels took them before their .ftz "
-                        "instructions (triton_special.py)")  # fmt: skip
+                   help="the kernels' special functions (eˣ, 1/x, σ, ln x), g and row finish as "
+                        "before their .ftz instructions (triton_special.py)")  # fmt: skip
     p.add_argument("--libdevice-log", action="store_true",
                    help="ln x as tl.log (libdevice's logf), not lg2.approx "
                         "(triton_special.py)")  # fmt: skip
