@@ -48,6 +48,7 @@ def steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device
     """The step of every CUDA variant on one set of bf16 inputs, the inputs' MiB, the number of
     passages, and each variant's forward (``device``: "cpu" for the suite's smoke test, with
     eager flex)."""
+    import tile_sweep
     import torch
     from relevance_fusion import MARKERS, layout  # the CPU benchmark's prompt
 
@@ -90,14 +91,7 @@ def steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device
         return flex.flex_fused_heads(q, k, v, None, None, segments, segments, alpha)
 
     def apart(on, fn):  # flex.ROWS_APART pinned for the forward (backward reads it not)
-        def run():
-            previous, flex.ROWS_APART = flex.ROWS_APART, on
-            try:
-                return fn()
-            finally:
-                flex.ROWS_APART = previous
-
-        return run
+        return lambda: tile_sweep.with_switch(flex, "ROWS_APART", on, fn)
 
     # the fused heads' kernel alone: their q and K/V selected once, outside the timed step
     two = []

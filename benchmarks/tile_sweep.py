@@ -12,6 +12,7 @@ of a few queries; the sweep leaves it as the table has it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pickle
@@ -258,14 +259,24 @@ def device_name(device: str) -> str:
     return "cpu (Triton interpreter)" if os.environ.get("TRITON_INTERPRET") == "1" else "cpu"
 
 
+@contextlib.contextmanager
+def switched(module, **values):
+    """The block with ``module``'s switches (a kernel's module constants) set to ``values``, each
+    put back as it was after it."""
+    previous = {name: getattr(module, name) for name in values}
+    try:
+        for name, value in values.items():
+            setattr(module, name, value)
+        yield
+    finally:
+        for name, value in previous.items():
+            setattr(module, name, value)
+
+
 def with_switch(module, name: str, value, fn):
     """fn() with ``module.name`` (a kernel's switch) set to ``value``, then put back as it was."""
-    previous = getattr(module, name)
-    setattr(module, name, value)
-    try:
+    with switched(module, **{name: value}):
         return fn()
-    finally:
-        setattr(module, name, previous)
 
 
 def kept_bytes(fn, exclude: set[int]) -> int:

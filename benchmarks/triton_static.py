@@ -13,10 +13,11 @@ Per kernel and tile: registers per thread, spilled bytes (stack; local stores an
 memory and whether it fits the card (227 KiB per block), the tensor-core instructions (wgmma:
 Hopper's warpgroup MMA; mma.sync: Ampere's), special-function instructions (MUFU: exp, log,
 reciprocal), the subnormal range checks ptxas wraps around such an instruction without .ftz
-(three or four more instructions each; the kernels take the .ftz ones, ``triton_tiles.exp``),
-every instruction of the kernel's code (a static count, not how many run), those of its inner
-loop, which every tile runs, and the MUFU among them (also per score of the tile:
-``per_score``), and whether the key and value loads are pipelined (async copies). Speed stays a
+(a compare and two or three predicated instructions each; the kernels take the .ftz ones,
+``triton_tiles.exp``), every instruction of the kernel's code (a static count, not how many run),
+those of its inner loop, which every tile runs, the MUFU among them and the bytes its global
+loads request (also per score of the tile: ``per_score``), and whether the key and value loads
+are pipelined (async copies). The SASS is read by ``sass_counts.py``. Speed stays a
 GPU measurement: this finds the tiles that cannot launch, spill, or are not pipelined, or repeat
 work, and the other launches the kernels can be given (``VARIANTS``: every g, fp16 and fp32, a
 decoding step) that would not compile on the card: the interpreter, which the suite's
@@ -32,15 +33,14 @@ import argparse
 import contextlib
 import json
 import re
-import subprocess
-import tempfile
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import triton
+from sass_counts import SUBNORMAL_CHECK, base, cuobjdump, inner_loop, load_bytes, opcode_counts
+from tile_sweep import left_padding_mask, switched
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
 from triton.runtime.jit import JITFunction, create_function_from_signature
@@ -91,8 +91,6 @@ def _projected(n: int, heads: int, head_dim: int, dtype=torch.bfloat16) -> torch
 def _mask(n: int, masked: bool, queries: int | None = None) -> torch.Tensor | None:
     """None (causal prefill), or a causal mask whose first quarter of positions is padding, on
     the CPU (the GPU sweep's ``--padded 0.25``); with ``queries``, its last rows (decoding)."""
-    from tile_sweep import left_padding_mask
-
     mask = left_padding_mask(n, 0.25 if masked else 0.0, "cpu")
     return mask if mask is None or queries is None else mask[:, :, -queries:]
 
@@ -123,11 +121,7 @@ def rectify_launches(
     q, u = (_projected(queries or n, 32, 128, dtype) for _ in range(2))
     k, v = (_projected(n, 8, 128, dtype) for _ in range(2))
     g = Rectifier(g, 3.0)
-    switches = {"PADDING_STARTS": starts, "KV_KEYS_AS_ROWS": keys_as_rows}
-    previous = {name: getattr(triton_kernel, name) for name in switches}
-    try:
-        for name, value in switches.items():
-            setattr(triton_kernel, name, value)
+    with switched(triton_kernel, PADDING_STARTS=starts, KV_KEYS_AS_ROWS=keys_as_rows):
         tiles = tiles or rectify_table()  # the table as the switches give it
         if kv is not None:
             tiles = {**tiles, "kv": kv}
@@ -137,9 +131,6 @@ def rectify_launches(
             )
             if queries is None:
                 out.backward(torch.zeros_like(out))
-    finally:
-        for name, value in previous.items():
-            setattr(triton_kernel, name, value)
     return launches
 
 
@@ -186,57 +177,11 @@ def compile_for_sm90(launch: Launch):
     return triton.compile(source, target=SM90, options=options.__dict__)
 
 
-def _cuobjdump(cubin: bytes, flag: str) -> str:
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        command = [triton.knobs.nvidia.cuobjdump.path, flag, f.name]
-        return subprocess.run(command, capture_output=True, text=True, check=True).stdout
-
-
-# an instruction's address (4 hex digits up to 0xfff0, more in longer kernels), its opcode after
-# a guard, and its operands
-INSTRUCTION = r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);"
-
-
-def opcode_counts(sass: str) -> Counter:
-    """How many times each opcode (before its first dot) appears in cuobjdump's SASS."""
-    return Counter(op.split(".")[0] for _, op, _ in re.findall(INSTRUCTION, sass, re.M))
-
-
-def inner_loop(sass: str) -> Counter:
-    """The opcodes of the shortest loop (a branch back to an earlier address) that holds a
-    tensor-core product, or with fp32 inputs, whose products are FMAs, a special function: the key
-    (or query) loop every tile of the kernel runs, where the kernel's whole code also holds what
-    runs once."""
-    code = [(int(a, 16), op.split(".")[0], rest)
-            for a, op, rest in re.findall(INSTRUCTION, sass, re.M)]  # fmt: skip
-    loops = []
-    for address, op, rest in code:
-        # a branch's target is its last operand (after a predicate where it has one: BRA.U !UP0, …)
-        target = re.search(r"0x([0-9a-f]+)\s*$", rest) if op == "BRA" else None
-        if target and int(target.group(1), 16) < address:
-            loops.append(Counter(o for a, o, _ in code if int(target.group(1), 16) <= a <= address))
-    for holds in (("HGMMA", "HMMA"), ("MUFU",)):
-        inner = [loop for loop in loops if any(loop[op] for op in holds)]
-        if inner:
-            return min(inner, key=lambda c: sum(c.values()))
-    return Counter()
-
-
-# ptxas wraps a special-function instruction without .ftz in compares of its operand against the
-# subnormal range: ex2.approx (-126), div.full (2¹²⁶ ≈ 8.5e37, and 2⁻¹²⁶ ≈ 1.18e-38 where it
-# divides), lg2.approx (2⁻¹²⁶): the count is of those compares, one or two per instruction
-SUBNORMAL_CHECK = (
-    r"FSETP\.\w+(?:\.\w+)*\s+[^;]*"
-    r"(?:, -126, |8\.50705917302346158658e\+37|1\.175494350822287508e-38)"
-)
-
-
 def describe(compiled) -> dict:
     """What ptxas made of one compiled kernel (fields as the module docstring)."""
-    usage = _cuobjdump(compiled.asm["cubin"], "--dump-resource-usage")
-    sass = _cuobjdump(compiled.asm["cubin"], "--dump-sass")
+    path = triton.knobs.nvidia.cuobjdump.path
+    usage = cuobjdump(compiled.asm["cubin"], "--dump-resource-usage", path)
+    sass = cuobjdump(compiled.asm["cubin"], "--dump-sass", path)
     opcodes, loop = opcode_counts(sass), inner_loop(sass)
     shared = compiled.metadata.shared
     return {
@@ -252,7 +197,8 @@ def describe(compiled) -> dict:
         "subnormal_checks": len(re.findall(SUBNORMAL_CHECK, sass)),
         "instructions": sum(opcodes.values()),
         "loop_instructions": sum(loop.values()),
-        "loop_mufu": loop["MUFU"],
+        "loop_mufu": base(loop)["MUFU"],
+        "loop_load_bytes": load_bytes(loop),
         "pipelined": "async_copy_global_to_local" in compiled.asm["ttgir"],
     }
 
@@ -261,12 +207,17 @@ def per_score(row: dict) -> dict:
     """The inner loop's instructions and MUFU per score of the tile, in thread instructions (the
     loop's count, per thread, times the threads, over BLOCK_M × BLOCK_N): what the SM issues per
     score. A layout that computes each score's element-wise work twice shows as twice the MUFU
-    per score of another tile of the same kernel."""
+    per score of another tile of the same kernel. Also the bytes the loop's global loads request
+    per score: the other side's rows, which each program reads again for every tile (K and V for
+    a query tile; q, u, dO and their rows' statistics for a key tile) and L2 serves; a load that
+    every thread of a warp makes of one address counts once per thread."""
     block_m, block_n, warps, _ = row["tile"]
     threads_per_score = 32 * warps / (block_m * block_n)
+    load = row.get("loop_load_bytes")
     return {
         "loop_per_score": round(row["loop_instructions"] * threads_per_score, 1),
         "mufu_per_score": round(row["loop_mufu"] * threads_per_score, 2),
+        "load_bytes_per_score": None if load is None else round(load * threads_per_score, 2),
     }
 
 
@@ -353,7 +304,7 @@ def sweep_rows(method: str, n: int, masked: bool) -> list[dict]:
 COLUMNS = ("method", "kernel", "tile", "mask", "registers", "spill_stack_bytes", "local_stores",
            "shared_bytes", "fits", "wgmma", "mma_sync", "mufu", "subnormal_checks",
            "instructions", "loop_instructions", "loop_mufu", "loop_per_score", "mufu_per_score",
-           "pipelined")  # fmt: skip
+           "load_bytes_per_score", "pipelined")  # fmt: skip
 
 
 def markdown(rows: list[dict], header: str, columns=COLUMNS) -> str:
