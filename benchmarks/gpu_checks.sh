@@ -107,6 +107,15 @@ step rectify_kv_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/rectified_triton.
 step lkg_heads 150 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192 --repeats 5 \
   --variants sdpa flex_2of32 flex_2of32_rows_apart flex_2of32_alone flex_2of32_alone_fixed_alpha \
   flex_2of32_alone_rows_apart flex_all flex_all_rows_apart
+# few fused heads leave SMs idle (64 forward programs for 2 heads at 4096 tokens at torch's sm_90
+# tiles): flex at tiles with twice the programs (flex.FEW_HEADS_TILES as flex.KERNEL_OPTIONS),
+# first against the formula in the gpu lane, then timed beside flex autotuned by inductor
+# (flex.AUTOTUNE; its compiles take a minute or more, and it prints every candidate's time and
+# the one it keeps to the log), the path and the two heads alone
+step lane_lkg_tiles 150 "${lane[@]}" tests/gpu/test_lkg_flex_tiles_on_cuda.py
+step lkg_tiles 240 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192 --repeats 5 \
+  --variants sdpa flex_2of32 flex_2of32_alone flex_2of32_small_tiles flex_2of32_alone_small_tiles \
+  flex_2of32_autotuned flex_2of32_alone_autotuned
 # the rectification kernel's tiles: a sweep per kernel at 4096 tokens under that mask, where the
 # kernels hold more registers (benchmarks/rectified_triton.py --sweep; docs/kernels.md); each
 # candidate's line reaches the log as it is timed, so a sweep cut short still tells

@@ -16,6 +16,10 @@ captured-tensor gradient left out; ``_rows_apart``: with ``flex.ROWS_APART``),
 ``flex_2of32_copied`` the split of the heads as ``kernel.by_heads`` does it (the plain heads' q
 copied, K and V expanded to them, the outputs concatenated and reordered), which the flex path used
 before ``kernel.spliced_by_heads`` (SDPA on every head, the fused heads' outputs put in place).
+Two more ask whether few fused heads leave SMs idle: ``_small_tiles`` runs flex with
+``flex.FEW_HEADS_TILES`` (as ``flex.KERNEL_OPTIONS``), twice the programs of torch's defaults, and
+``_autotuned`` compiles flex with max-autotune (``flex.AUTOTUNE``; inductor prints the candidates'
+times and the one it keeps to stderr), each for the path and for the two heads alone.
 Time: median of CUDA-event-timed steps; memory: peak allocated during one step above what was
 allocated before it (the inputs).
 
@@ -40,6 +44,10 @@ VARIANTS = (
     "flex_all_rows_apart",
     "flex_2of32_rows_apart",
     "flex_2of32_alone_rows_apart",
+    "flex_2of32_small_tiles",
+    "flex_2of32_alone_small_tiles",
+    "flex_2of32_autotuned",
+    "flex_2of32_alone_autotuned",
 )
 TWO_OF_32 = (1, 22)  # two KV groups of 8
 
@@ -93,6 +101,12 @@ def steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device
     def apart(on, fn):  # flex.ROWS_APART pinned for the forward (backward reads it not)
         return lambda: tile_sweep.with_switch(flex, "ROWS_APART", on, fn)
 
+    def small_tiles(fn):  # the options reach the compiled graph, forward and backward, in forward
+        return lambda: tile_sweep.with_switch(flex, "KERNEL_OPTIONS", flex.FEW_HEADS_TILES, fn)
+
+    def autotuned(fn):
+        return lambda: tile_sweep.with_switch(flex, "AUTOTUNE", True, fn)
+
     # the fused heads' kernel alone: their q and K/V selected once, outside the timed step
     two = []
     if max(TWO_OF_32) < heads:
@@ -115,6 +129,10 @@ def steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device
         "flex_all_rows_apart": apart(True, lambda: flex_path(everything)),
         "flex_2of32_rows_apart": apart(True, lambda: flex_path(TWO_OF_32)),
         "flex_2of32_alone_rows_apart": apart(True, lambda: flex_heads(*two)),
+        "flex_2of32_small_tiles": apart(False, small_tiles(lambda: flex_path(TWO_OF_32))),
+        "flex_2of32_alone_small_tiles": apart(False, small_tiles(lambda: flex_heads(*two))),
+        "flex_2of32_autotuned": apart(False, autotuned(lambda: flex_path(TWO_OF_32))),
+        "flex_2of32_alone_autotuned": apart(False, autotuned(lambda: flex_heads(*two))),
     }
 
     def step(variant):

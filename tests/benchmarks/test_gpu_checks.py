@@ -67,3 +67,18 @@ def test_every_term_of_a_lane_steps_k_selection_matches_some_test():
     assert tests, done.stdout[-2000:] + done.stderr[-2000:]
     for term, step in terms.items():
         assert any(term.lower() in t for t in tests), (step, term)
+
+
+def test_every_lkg_step_times_variants_the_benchmark_has_sdpa_first():
+    """A variant the CUDA benchmark does not know would end its step at argument parsing, a
+    session's minutes for nothing."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import relevance_fusion_cuda
+
+    text = SCRIPT.read_text().replace("\\\n", " ")
+    steps = re.findall(r"^step (\w+) .*relevance_fusion\.py --cuda .*--variants ([\w ]+)$", text,
+                       re.M)  # fmt: skip
+    assert {"lkg_heads", "lkg_tiles"} <= {name for name, _ in steps}
+    for name, variants in steps:
+        names = variants.split()
+        assert names[0] == "sdpa" and set(names) <= set(relevance_fusion_cuda.VARIANTS), name

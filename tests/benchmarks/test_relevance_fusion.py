@@ -23,8 +23,16 @@ SAME_AS = {  # variant: the variant it must equal
     "flex_2of32": "bias_2of32",
     "flex_2of32_copied": "bias_2of32",
     "flex_2of32_rows_apart": "bias_2of32",
+    "flex_2of32_small_tiles": "bias_2of32",
+    "flex_2of32_autotuned": "bias_2of32",
 }
-ALONE = ("flex_2of32_alone", "flex_2of32_alone_fixed_alpha", "flex_2of32_alone_rows_apart")
+ALONE = (
+    "flex_2of32_alone",
+    "flex_2of32_alone_fixed_alpha",
+    "flex_2of32_alone_rows_apart",
+    "flex_2of32_alone_small_tiles",
+    "flex_2of32_alone_autotuned",
+)
 
 
 def test_every_cuda_variant_steps_and_the_fused_ones_equal_the_bias_path(monkeypatch):

@@ -21,7 +21,8 @@ reuse it (``attention.reuse.SameTensors``).
 
 A fully masked row (a left-padded query row) gives 0, as today's SDPA path gives on the CPU.
 Plain (unfused) heads stay on ``math.sdpa``. On CUDA flex_attention runs compiled (eager it is a
-slow materialising reference); the compiled function is made once per process.
+slow materialising reference); the compiled function is made once per process (and per
+``AUTOTUNE``).
 
 Guided rows apart (``ROWS_APART``). FlexAttention gives a captured tensor that requires grad its
 gradient by atomic adds from every score (PyTorch's lowering, pytorch#137452): L·S adds into S
@@ -60,6 +61,22 @@ DYNAMO_SWITCH = "TORCHDYNAMO_DISABLE"
 # back to the eager flex_attention, which materialises the scores.
 GRAPHS = 64
 ROWS_APART = False  # the guided rows materialised apart (module docstring); not yet timed on a GPU
+# FlexAttention's kernel options (torch's FlexKernelOptions: tiles, warps and stages, per pass with
+# the prefixes fwd_ and bwd_); None: torch's defaults for the card. On sm_90 (torch 2.13) those
+# are 128 query rows per forward program: 2 fused heads at 4096 tokens make 64 programs for 132
+# SMs. Off until a GPU times candidates (benchmarks/relevance_fusion_cuda.py).
+KERNEL_OPTIONS: dict | None = None
+# The candidate for few fused heads: twice the programs of torch 2.13's sm_90 defaults for head dim
+# 128 in bf16 (forward 128×64 at 8 warps; backward 64, 128, 128, 64 at 8 warps), each among torch's
+# own autotuning candidates (the generic forward default; the backward's (32, 64) pairing).
+FEW_HEADS_TILES = {
+    "fwd_BLOCK_M": 64, "fwd_BLOCK_N": 64, "fwd_num_warps": 4, "fwd_num_stages": 3,
+    "bwd_BLOCK_M1": 32, "bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_BLOCK_N2": 32,
+    "bwd_num_warps": 4, "bwd_num_stages": 3,
+}  # fmt: skip
+# Compile flex with inductor's max-autotune: the first call of each shape times torch's candidate
+# tiles and keeps the fastest (minutes of compiling per shape). Off: a benchmark's question.
+AUTOTUNE = False
 
 
 def column_log_alpha(key_segments: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor:
@@ -229,9 +246,10 @@ def dynamo_enabled():
 
 
 @functools.cache
-def compiled_flex_attention():
+def compiled_flex_attention(autotune: bool = False):
+    mode = "max-autotune-no-cudagraphs" if autotune else None
     with dynamo_enabled():
-        return torch.compile(flex_attention)
+        return torch.compile(flex_attention, mode=mode)
 
 
 def flex_fused_heads(q, k, v, mask, scaling, query_segments, key_segments, log_alpha,
@@ -239,7 +257,7 @@ def flex_fused_heads(q, k, v, mask, scaling, query_segments, key_segments, log_a
     """Every head of q fused: FlexAttention with GQA in the kernel. ``compiled`` defaults to
     q being on CUDA."""
     compiled = q.is_cuda if compiled is None else compiled
-    attend = compiled_flex_attention() if compiled else flex_attention
+    attend = compiled_flex_attention(AUTOTUNE) if compiled else flex_attention
     segments = (query_segments, key_segments, mask)
     _check_slots(*segments, log_alpha.shape[-1])
     # apart only where log α trains: without its gradient flex's score_mod costs no atomics
@@ -254,8 +272,9 @@ def flex_fused_heads(q, k, v, mask, scaling, query_segments, key_segments, log_a
     score_mod = None if apart else fusion_score_mod(query_segments, key_segments, log_alpha)
     with dynamo_enabled(), torch._dynamo.config.patch(recompile_limit=GRAPHS):
         out = attend(
-            q, k, v, score_mod, block_mask, scale=scaling, enable_gqa=k.shape[1] != q.shape[1]
-        )
+            q, k, v, score_mod, block_mask, scale=scaling, enable_gqa=k.shape[1] != q.shape[1],
+            kernel_options=KERNEL_OPTIONS,
+        )  # fmt: skip
     if apart and rows.shape[1]:
         out = _put_rows(out, rows_out, rows, valid)
     return out
