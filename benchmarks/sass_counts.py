@@ -23,9 +23,10 @@ SUBNORMAL_CHECK = (
 
 # Global loads and the bytes each thread's instruction moves: plain loads (LDG) and Ampere's
 # asynchronous copies to shared memory (LDGSTS, how Triton pipelines a tile's loads), their
-# width the last suffix (.128: 16 bytes, .64: 8, .U16/.S16: 2, .U8/.S8: 1, none: 4).
+# width the suffix that names one (.256: 32 bytes, .128: 16, .64: 8, .U16/.S16: 2, .U8/.S8: 1;
+# none: 4), wherever it stands among the others (LDG.E.128.CONSTANT, LDG.E.U16.STRONG.GPU).
 GLOBAL_LOADS = ("LDG", "LDGSTS")
-WIDTH_BYTES = {"128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1}
+WIDTH_BYTES = {"256": 32, "128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1}
 # loads whose bytes no opcode states: Hopper's tensor-memory copies (a descriptor's box)
 UNSIZED_LOADS = ("UTMALDG", "UBLKCP")
 
@@ -87,5 +88,5 @@ def load_bytes(loop: Counter) -> int | None:
     for op, n in loop.items():
         parts = op.split(".")
         if parts[0] in GLOBAL_LOADS:
-            total += n * WIDTH_BYTES.get(parts[-1], 4)
+            total += n * next((WIDTH_BYTES[p] for p in parts[1:] if p in WIDTH_BYTES), 4)
     return total

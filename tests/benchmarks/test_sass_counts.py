@@ -59,14 +59,18 @@ def test_a_loops_load_bytes_are_its_global_loads_by_width(sass_counts):
         /*0020*/              @!P1 LDGSTS.E [R160+0x7820], desc[UR16][R96.64], P2 ;
         /*0030*/                   LDG.E.U8 R7, desc[UR4][R8.64] ;
         /*0040*/                   LDG.E.64 R10, desc[UR4][R12.64] ;
+        /*0048*/                   LDG.E.128.CONSTANT R14, desc[UR4][R12.64] ;
+        /*004c*/                   LDG.E.U16.STRONG.GPU R15, desc[UR4][R12.64] ;
+        /*004e*/                   LDGSTS.E.BYPASS.LTC128B.128.ZFILL [R1], desc[UR4][R2.64] ;
         /*0050*/                   LDS.128 R20, [R3] ;
         /*0060*/                   LDSM.16.M88.4 R24, [R5] ;
         /*0070*/                   HMMA.16816.F32.BF16 R24, R4, R8, R24 ;
         /*0080*/              @!P0 BRA 0x0 ;
     """
     loop = sass_counts.inner_loop(sass)
-    # shared-memory loads (LDS, LDSM) are not global: 16 + 16 + 4 + 1 + 8
-    assert sass_counts.load_bytes(loop) == 45
+    # shared-memory loads (LDS, LDSM) are not global: 16 + 16 + 4 + 1 + 8, and the widths
+    # before other modifiers: 16 + 2 + 16
+    assert sass_counts.load_bytes(loop) == 45 + 34
     tma = sass.replace("LDG.E.64 R10, desc[UR4][R12.64]", "UTMALDG.2D [UR8], [UR10]")
     assert sass_counts.load_bytes(sass_counts.inner_loop(tma)) is None
 

@@ -114,8 +114,8 @@ def _sdpa_bf16_error(qkv, log_alpha):
     return [_rel(out, ref, False)] + [_rel(g, r, False) for g, r in pairs]
 
 
-def _check(dtype, heads, padded):
-    qkv, log_alpha, segments, mask = _case(dtype, padded=padded)
+def _check(dtype, heads, padded, d=64):
+    qkv, log_alpha, segments, mask = _case(dtype, padded=padded, d=d)
     got = _values_and_grads(_flex(heads, segments, mask), qkv, log_alpha, padded)
     want = _values_and_grads(_formula(heads, segments, mask), qkv, log_alpha, padded)
     errors = [_rel(got[0], want[0], padded)]  # the gradients: every row (padded rows weigh 0)
