@@ -44,12 +44,13 @@ cat "$out/summary.txt"
 
 # LANE_EXTRA: more pytest arguments (the suite passes --collect-only to check every selection)
 lane=("$py" -m pytest -q -p no:cacheprovider -rfE --durations=5 ${LANE_EXTRA:-}) # timeout runs commands, not functions
-# only the gpu lane's tests of the switches that are off until a GPU times them (PADDING_STARTS,
-# KV_KEYS_AS_ROWS, RECOMPUTE_ADAPTERS, ROWS_APART): what a session short of time runs before the
-# A/B steps, so that a switch that wins is also known correct on the card
+# only the gpu lane's tests of the switches that a GPU has yet to time (PADDING_STARTS,
+# KV_KEYS_AS_ROWS, RECOMPUTE_ADAPTERS, ROWS_APART; SPLIT_SCORE_GRADIENTS off, rectification at
+# ξ = 10): what a session short of time runs before the A/B steps, so that a switch that wins is
+# also known correct on the card
 step lane_switches 200 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py \
   tests/gpu/test_opamp_fused_on_cuda.py tests/gpu/test_lkg_flex_on_cuda.py \
-  -k "first_key or key_rows or replayed or rows_apart"
+  -k "first_key or key_rows or replayed or rows_apart or rounded_once"
 step lane_attention 60 "${lane[@]}" tests/gpu/test_attention_on_cuda.py
 step lane_opamp_fused 90 "${lane[@]}" tests/gpu/test_opamp_fused_on_cuda.py
 step lane_rectify_triton 130 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py
@@ -90,6 +91,11 @@ step special_ab 200 bash -c "$ab --lengths 4096 8192 --repeats 3 \
 # this shows it faster), each in its own process on the same card
 step rectify_starts_ab 100 bash -c "$ab --lengths 4096 8192 --padded 0.25 --repeats 3 \
   && $ab --padding-starts --lengths 4096 8192 --padded 0.25 --repeats 3"
+# the backward's dZ in two parts (today) against rounded once (SPLIT_SCORE_GRADIENTS off: half
+# those products, loops ~10 % shorter at sm_90), padded and causal, each in its own process
+step rectify_split_ab 100 bash -c "$ab --lengths 4096 8192 --padded 0.25 --repeats 3 \
+  && $ab --rounded-once --lengths 4096 8192 --padded 0.25 --repeats 3 \
+  && $ab --lengths 8192 --repeats 3 && $ab --rounded-once --lengths 8192 --repeats 3"
 # dK/dV's tiles as [keys, queries] (KV_KEYS_AS_ROWS, off until this shows it faster; compiled for
 # sm_90 they take Hopper's warpgroup MMAs at 64 or 128 keys: triton_static.md) against today's
 # [queries, keys] tiles, each in its own process on the same card, and with PADDING_STARTS too

@@ -205,6 +205,9 @@ def main() -> None:
     p.add_argument("--kv-keys-as-rows", action="store_true",
                    help="dK/dV's tiles as [keys, queries] (KV_KEYS_AS_ROWS); give it a tile of "
                         '64 or 128 keys: --tiles \'{"kv": [16, 64, 4, 2]}\'')  # fmt: skip
+    p.add_argument("--rounded-once", action="store_true",
+                   help="dZ rounded once in the backward's products, not in two parts "
+                        "(SPLIT_SCORE_GRADIENTS off)")  # fmt: skip
     args = p.parse_args()
     global DEVICE, G
     DEVICE, G = tile_sweep.device_for(args, "rectified_triton.py"), args.g
@@ -215,6 +218,8 @@ def main() -> None:
 
     triton_kernel.PADDING_STARTS = args.padding_starts or triton_kernel.PADDING_STARTS
     triton_kernel.KV_KEYS_AS_ROWS = args.kv_keys_as_rows or triton_kernel.KV_KEYS_AS_ROWS
+    if args.rounded_once:
+        triton_kernel.SPLIT_SCORE_GRADIENTS = False
     if args.sweep:
         return tile_sweep.report_sweep(sweep(args), args.out)
     from zoomattn.methods.rectify.triton_kernel import _tiles
@@ -226,6 +231,7 @@ def main() -> None:
     what = f"{what}, g={G}, {special}"  # the switches as the kernel module has them
     what += ", padding starts" if triton_kernel.PADDING_STARTS else ""
     what += ", dK/dV keys as rows" if triton_kernel.KV_KEYS_AS_ROWS else ""
+    what += "" if triton_kernel.SPLIT_SCORE_GRADIENTS else ", dZ rounded once"
     tile_sweep.report_lengths(args, run, what, DEVICE)
 
 

@@ -20,6 +20,7 @@ KERNEL_MODULES = (
     "zoomattn.attention.triton_tiles",
     "zoomattn.methods.rectify.triton_tiles",
     "zoomattn.methods.rectify.triton_kernel",
+    "zoomattn.methods.rectify.triton_backward",
     "zoomattn.methods.opamp.triton_tiles",
     "zoomattn.methods.opamp.triton_kernel",
 )

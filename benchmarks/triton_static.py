@@ -109,19 +109,22 @@ def opamp_table(dtype=torch.bfloat16) -> dict:
 
 def rectify_launches(
     n: int, masked: bool, tiles=None, g="max", dtype=torch.bfloat16, queries=None, starts=False,
-    keys_as_rows=False, kv=None,
+    keys_as_rows=False, kv=None, rounded_once=False,
 ) -> list[Launch]:  # fmt: skip
     """The launches of one forward and backward at n tokens; with ``queries`` (a decoding step:
     that many queries over n keys) the forward only, as generation runs it; ``starts``: with
     ``PADDING_STARTS`` (the padding mask as each row's first key); ``keys_as_rows``: with
-    ``KV_KEYS_AS_ROWS`` (dK/dV's tiles as [keys, queries]), ``kv`` its tile."""
+    ``KV_KEYS_AS_ROWS`` (dK/dV's tiles as [keys, queries]), ``kv`` its tile; ``rounded_once``:
+    with ``SPLIT_SCORE_GRADIENTS`` off (dZ rounded once in the backward's products)."""
     from zoomattn.methods.rectify import triton_kernel
     from zoomattn.methods.rectify.kernel import Rectifier
 
     q, u = (_projected(queries or n, 32, 128, dtype) for _ in range(2))
     k, v = (_projected(n, 8, 128, dtype) for _ in range(2))
     g = Rectifier(g, 3.0)
-    with switched(triton_kernel, PADDING_STARTS=starts, KV_KEYS_AS_ROWS=keys_as_rows):
+    switches = {"PADDING_STARTS": starts, "KV_KEYS_AS_ROWS": keys_as_rows,
+                "SPLIT_SCORE_GRADIENTS": not rounded_once}  # fmt: skip
+    with switched(triton_kernel, **switches):
         tiles = tiles or rectify_table()  # the table as the switches give it
         if kv is not None:
             tiles = {**tiles, "kv": kv}
@@ -267,6 +270,11 @@ VARIANTS = [
     *[
         ("rectify", masked, {"keys_as_rows": True, "kv": kv, "kernels": ["_backward_kv"]})
         for kv in ((16, 32, 4, 2), (16, 64, 4, 2), (16, 128, 8, 2))
+        for masked in (False, True)
+    ],
+    # SPLIT_SCORE_GRADIENTS off: dZ rounded once in the backward's products
+    *[
+        ("rectify", masked, {"rounded_once": True, "kernels": ["_backward_kv", "_backward_q"]})
         for masked in (False, True)
     ],
     *[(m, True, {"dtype": t}) for m in METHODS for t in (torch.float16, torch.float32)],

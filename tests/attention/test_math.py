@@ -76,3 +76,20 @@ def test_row_dot_a_few_heads_at_a_time_equals_the_whole_in_fp32(heads):
     got = row_dot(a, b, heads=heads)
     assert got.dtype == torch.float32 and got.is_contiguous() and got.shape == (2, 6, 5)
     torch.testing.assert_close(got, whole, atol=0, rtol=0)
+
+
+def test_row_dot_with_b_lo_takes_b_as_computed_in_fp32_and_leaves_b_as_it_was():
+    """``b_lo``, b's rounding error in bf16, restores b as computed in fp32 (to bf16's own error
+    on the residual, ~2⁻¹⁷ of b): the rectification backward's Δ from its forward's output."""
+    torch.manual_seed(0)
+    a = torch.randn(2, 6, 5, 16, dtype=torch.bfloat16)
+    exact = torch.randn(2, 6, 5, 16, dtype=torch.float32)
+    b = exact.to(torch.bfloat16)
+    b_lo = (exact - b.float()).to(torch.bfloat16)
+    kept = b.clone()
+    want = (a.double() * exact.double()).sum(-1)
+    got = row_dot(a, b, heads=4, b_lo=b_lo)
+    rounded = row_dot(a, b, heads=4)
+    assert torch.equal(b, kept)
+    error, rounded_error = ((x.double() - want).abs().max() for x in (got, rounded))
+    assert error < rounded_error / 64  # bf16 keeps 2⁻⁹ of the residual: ~1/256 of b's error

@@ -105,11 +105,21 @@ def test_dk_dv_as_key_rows_matches_the_formula_on_cuda(kv, scenario, dtype, monk
     _check_against_formula("max", scenario, dtype, tiles)
 
 
-def _check_against_formula(name, scenario, dtype, tiles=None):
+@pytest.mark.parametrize(("split", "xi"), [(False, 3.0), (False, 10.0), (True, 10.0)])
+def test_score_gradients_rounded_once_or_at_xi_10_match_the_formula_on_cuda(split, xi, monkeypatch):
+    """SPLIT_SCORE_GRADIENTS off (dZ rounded once, as the GPU A/B times it), and the study's
+    largest ξ, where Δ's error, were it taken from the bf16 output, g′ would amplify."""
+    from zoomattn.methods.rectify import triton_kernel
+
+    monkeypatch.setattr(triton_kernel, "SPLIT_SCORE_GRADIENTS", split)
+    _check_against_formula("max", "padded", torch.bfloat16, xi=xi)
+
+
+def _check_against_formula(name, scenario, dtype, tiles=None, xi=3.0):
     from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention
 
     tensors, mask = _inputs(scenario, dtype)
-    g = Rectifier(name, 3.0)
+    g = Rectifier(name, xi)
     ok = torch.ones((), dtype=torch.bool, device=DEVICE)
     ok = ok if mask is None else mask.any(-1, keepdim=True)
     out_error, grad_error = _errors(

@@ -66,15 +66,21 @@ def sdpa(q, k, v, mask=None, scaling=None) -> torch.Tensor:
     return out if empty is None else out.masked_fill(empty, 0)
 
 
-def row_dot(a: torch.Tensor, b: torch.Tensor, heads: int = 8) -> torch.Tensor:
+def row_dot(
+    a: torch.Tensor, b: torch.Tensor, heads: int = 8, b_lo: torch.Tensor | None = None
+) -> torch.Tensor:
     """Σ over the last dim of a·b in fp32, ``[B, H, L]`` (FlashAttention's Δ = rowsum(dO ∘ O)),
     ``heads`` heads at a time: computed whole, its fp32 copies of a, b and their product were
     three times the output in fp32, the peak of a fused kernel's backward (384 MiB at 8192 tokens
-    and 32 heads, where plain SDPA's whole step peaks at 483)."""
+    and 32 heads, where plain SDPA's whole step peaks at 483). ``b_lo``: b's rounding error (b
+    as computed in fp32 is b + b_lo), added to b in fp32."""
     out = torch.empty(a.shape[:-1], dtype=torch.float32, device=a.device)
     for start in range(0, a.shape[1], heads):
         part = slice(start, start + heads)
-        out[:, part] = (a[:, part].float() * b[:, part].float()).sum(-1)
+        b_part = b[:, part].float()
+        if b_lo is not None:
+            b_part = b_part + b_lo[:, part].float()
+        out[:, part] = (a[:, part].float() * b_part).sum(-1)
     return out
 
 

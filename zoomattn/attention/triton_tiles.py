@@ -53,6 +53,15 @@ def dot_rounded(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr, acc=None):
     return dot(cast(a, b.dtype, UPCAST), b, PRECISION, UPCAST, acc)
 
 
+@triton.jit
+def dot_split_or_rounded(a, b, SPLIT: tl.constexpr, PRECISION: tl.constexpr,
+                         UPCAST: tl.constexpr, acc=None):  # fmt: skip
+    """``dot_split`` where SPLIT, else ``dot_rounded``."""
+    if SPLIT:
+        return dot_split(a, b, PRECISION, UPCAST, acc)
+    return dot_rounded(a, b, PRECISION, UPCAST, acc)
+
+
 # eˣ, 1/x and ln x in fp32 as one special-function (MUFU) instruction each, flushing subnormals to
 # zero (.ftz). Triton compiles tl.exp and 1/x to the same instructions without .ftz: ptxas then
 # wraps each in a subnormal range check (a compare and two or three predicated instructions),
@@ -123,11 +132,7 @@ def online_softmax(
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = exp(m_i - m_safe, UPCAST)
     p = exp(z - m_safe[:, None], UPCAST)
-    acc = acc * alpha[:, None]
-    if SPLIT:
-        acc = dot_split(p, v, PRECISION, UPCAST, acc)
-    else:
-        acc = dot_rounded(p, v, PRECISION, UPCAST, acc)
+    acc = dot_split_or_rounded(p, v, SPLIT, PRECISION, UPCAST, acc * alpha[:, None])
     return m_new, l_i * alpha + tl.sum(p, 1), acc
 
 

@@ -21,9 +21,9 @@ Backward. With P = softmax(z) row-wise, O = P·V and dO given:
     dQ = s·dZ·K,   dU = s·(dZ ∘ g′(X))·K,   dK = s·(dZᵀ·Q + (dZ ∘ g′(X))ᵀ·U)
 
 A masked score is a constant, so dZ is zeroed there. Two kernels recompute P from
-m and l: one per key tile (dK, dV, summed over the query heads of its GQA group and their query
-tiles: no atomics), one per query tile (dQ, dU). g′ of the smooth max/min comes in registers from
-the same two exponentials as g (``triton_tiles``).
+m and l (``triton_backward.py``): one per key tile (dK, dV, summed over the query heads of its GQA
+group and their query tiles: no atomics), one per query tile (dQ, dU). g′ of the smooth max/min
+comes in registers from the same two exponentials as g (``triton_tiles``).
 
 Shapes and conventions as ``kernel.py``: q, u ``[B, H, L, D]``, k, v ``[B, H_kv, S, D]`` (query
 head h reads KV head h // (H / H_kv)); mask None (causal prefill when L = S, with the causal
@@ -32,11 +32,17 @@ offset S − L otherwise; one decoding step L = 1 sees every key) or boolean ``[
 fp16/bf16/fp32 inputs; scores, g, softmax and every accumulation in fp32 (fp32 dot products in
 IEEE precision, not TF32). P and dZ enter their dot products with V, dO, Q, U, K in the input
 dtype. P is rounded to it once, as FlashAttention (and so plain SDPA) rounds it, in P·V and
-Pᵀ·dO. dZ and dZ ∘ g′ rounded once put this kernel's key, query or update gradients up to
-1.4× plain bf16 SDPA's error (each alone, tests/methods/rectify/test_triton_kernel.py; all
-together 1.50×, at its 1.5× bound): g′ up to ~ξ amplifies them. So each is split in two bf16 parts,
-hi + lo (``dot_split``: twice those four tensor-core products). Tiles: a fixed table for
-Hopper (``_tiles``); its speed on an H200, and the sweep that tunes the table, in docs/kernels.md.
+Pᵀ·dO. Δ is taken from the output as computed in fp32: in training the forward also stores the
+output's rounding error (``RESIDUAL``, |O| more memory until the backward). Δ from the rounded
+output had an error that g′ (up to ~ξ) amplified in dU and dK: at ξ = 10 up to 1.8× plain bf16
+SDPA's gradient error (tests/methods/rectify/test_triton_kernel.py, whose bound is 1.5×), and
+rising with ξ at every size tried. dZ and dZ ∘ g′ enter their products with Q, U and K split in
+two bf16 parts, hi + lo (``dot_split``: twice those four tensor-core products); with
+``SPLIT_SCORE_GRADIENTS`` off, rounded once as FlashAttention rounds dS: on that test up to 1.16×
+SDPA's error against 1.02× split (at 128 tokens, head dim 64, ξ 3 and 10: 0.57–0.64× against
+0.43–0.45×, where Δ from the rounded output gave 0.51–0.86× split). Tiles: a fixed
+table for Hopper (``_tiles``); its speed on an H200, and the sweep that tunes the table, in
+docs/kernels.md.
 """
 
 from __future__ import annotations
@@ -57,17 +63,13 @@ from zoomattn.attention.tile_ranges import (
 )
 from zoomattn.attention.triton_tiles import (
     cast,
-    dot,
-    dot_rounded,
-    dot_split,
-    exp,
     key_range,
     online_softmax,
-    query_range,
     reciprocal,
     tile,
 )
 from zoomattn.methods.rectify.config import MAX_XI, beyond_fused_kernel
+from zoomattn.methods.rectify.triton_backward import _backward_kv, _backward_q
 from zoomattn.methods.rectify.triton_tiles import G_KINDS, tile_scores
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -82,17 +84,23 @@ _from_mask = SameTensors()
 # [queries, keys] tile is transposed in registers (through shared memory) three times per tile.
 # Off until a GPU times it.
 KV_KEYS_AS_ROWS = False
+# dZ and dZ ∘ g′ in two parts, hi + lo, in their products with Q, U and K (on), or rounded once as
+# FlashAttention rounds dS (off: those products halved, the backward loops ~10 % shorter at sm_90,
+# the gradients' bf16 error up to 1.4× this setting's; module docstring). On until a GPU times it.
+SPLIT_SCORE_GRADIENTS = True
 
 
 @triton.jit
 def _forward(
-    Q, U, K, V, OUT, M, L, MASK, RANGES,
+    Q, U, K, V, OUT, OUT_LO, M, L, MASK, RANGES,
     sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, sm_b, sm_l,
     n_heads, group, n_q, n_k, head_dim, offset, scale, xi,
     G_KIND: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, RESIDUAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
+    """O of one query tile of one head, its rows' m and l; RESIDUAL: also O's rounding error
+    (fp32 O − O in the output dtype, in that dtype) in OUT_LO, for the backward's Δ."""
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     b, h = bh // n_heads, bh % n_heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -120,116 +128,14 @@ def _forward(
     l_i = tl.where(empty, 1.0, l_i)
     m_i = tl.where(empty, 0.0, m_i)
     acc = acc * reciprocal(l_i, UPCAST)[:, None]
-    tl.store(OUT + rows, cast(acc, OUT.dtype.element_ty, UPCAST), mask=rows_ok)
+    out = cast(acc, OUT.dtype.element_ty, UPCAST)
+    tl.store(OUT + rows, out, mask=rows_ok)
+    if RESIDUAL:
+        lo = cast(acc - out.to(tl.float32), OUT.dtype.element_ty, UPCAST)
+        tl.store(OUT_LO + rows, lo, mask=rows_ok)
     stats = bh * n_q + offs_m
     tl.store(M + stats, m_i, mask=offs_m < n_q)
     tl.store(L + stats, l_i, mask=offs_m < n_q)
-
-
-@triton.jit
-def _backward_kv(
-    Q, U, K, V, DO, M, L, DELTA, DK, DV, MASK, RANGES,
-    sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, so_b, so_h, so_l, so_d, sm_b, sm_l,
-    n_kv, group, n_q, n_k, head_dim, offset, scale, xi,
-    G_KIND: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr, KEYS_AS_ROWS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    """dK and dV of one key tile of one KV head: over its group's query heads and query tiles."""
-    pid_n, bk = tl.program_id(0), tl.program_id(1)
-    b, hk = bk // n_kv, bk % n_kv
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    cols, cols_ok = tile(b, hk, offs_n, offs_d, sk_b, sk_h, sk_l, sk_d, n_k, head_dim)
-    k = tl.load(K + cols, mask=cols_ok, other=0.0)
-    v = tl.load(V + cols, mask=cols_ok, other=0.0)
-    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    first, last = query_range(RANGES, b, pid_n, n_q, offset, CAUSAL, HAS_MASK, BLOCK_N, BLOCK_M)
-    for j in range(0, group):
-        h = hk * group + j
-        for start_m in range(first, last, BLOCK_M):
-            offs_m = start_m + tl.arange(0, BLOCK_M)
-            rows, rows_ok = tile(b, h, offs_m, offs_d, sq_b, sq_h, sq_l, sq_d, n_q, head_dim)
-            q = tl.load(Q + rows, mask=rows_ok, other=0.0)
-            u = tl.load(U + rows, mask=rows_ok, other=0.0)
-            do_rows, _do_ok = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
-            do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
-            stats = (b * n_kv * group + h) * n_q + offs_m
-            m = tl.load(M + stats, mask=offs_m < n_q, other=0.0)
-            inv_l = reciprocal(tl.load(L + stats, mask=offs_m < n_q, other=1.0), UPCAST)
-            delta = tl.load(DELTA + stats, mask=offs_m < n_q, other=0.0)
-            if KEYS_AS_ROWS:  # [BLOCK_N, BLOCK_M] tiles: Pᵀ and dZᵀ as dV and dK take them
-                mask_rows = MASK + b * sm_b + offs_m[None, :] * sm_l
-                zt, dgt, allowed_t = tile_scores(
-                    q, u, k, offs_m, offs_n, mask_rows, n_q, n_k, offset, scale, xi,
-                    G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST, True,
-                )  # fmt: skip
-                pt = exp(zt - m[None, :], UPCAST) * inv_l[None, :]
-                dv = dot_rounded(pt, do, PRECISION, UPCAST, dv)
-                dpt = dot(v, tl.trans(do), PRECISION, UPCAST)
-                dzt = tl.where(allowed_t, pt * (dpt - delta[None, :]), 0.0)
-                dk = dot_split(dzt, q, PRECISION, UPCAST, dk)
-                dk = dot_split(dzt * dgt, u, PRECISION, UPCAST, dk)
-            else:
-                mask_rows = MASK + b * sm_b + offs_m[:, None] * sm_l
-                z, dg, allowed = tile_scores(
-                    q, u, k, offs_m, offs_n, mask_rows, n_q, n_k, offset, scale, xi,
-                    G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST, False,
-                )  # fmt: skip
-                p = exp(z - m[:, None], UPCAST) * inv_l[:, None]
-                dv = dot_rounded(tl.trans(p), do, PRECISION, UPCAST, dv)
-                dp = dot(do, tl.trans(v), PRECISION, UPCAST)
-                dz = tl.where(allowed, p * (dp - delta[:, None]), 0.0)
-                dk = dot_split(tl.trans(dz), q, PRECISION, UPCAST, dk)
-                dk = dot_split(tl.trans(dz * dg), u, PRECISION, UPCAST, dk)
-    tl.store(DK + cols, cast(dk * scale, DK.dtype.element_ty, UPCAST), mask=cols_ok)
-    tl.store(DV + cols, cast(dv, DV.dtype.element_ty, UPCAST), mask=cols_ok)
-
-
-@triton.jit
-def _backward_q(
-    Q, U, K, V, DO, M, L, DELTA, DQ, DU, MASK, RANGES,
-    sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, so_b, so_h, so_l, so_d, sm_b, sm_l,
-    n_heads, group, n_q, n_k, head_dim, offset, scale, xi,
-    G_KIND: tl.constexpr, CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    """dQ and dU of one query tile of one query head: over the key tiles it sees."""
-    pid_m, bh = tl.program_id(0), tl.program_id(1)
-    b, h = bh // n_heads, bh % n_heads
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    rows, rows_ok = tile(b, h, offs_m, offs_d, sq_b, sq_h, sq_l, sq_d, n_q, head_dim)
-    q = tl.load(Q + rows, mask=rows_ok, other=0.0)
-    u = tl.load(U + rows, mask=rows_ok, other=0.0)
-    do_rows, _do_ok = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
-    do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
-    stats = bh * n_q + offs_m
-    m = tl.load(M + stats, mask=offs_m < n_q, other=0.0)
-    inv_l = reciprocal(tl.load(L + stats, mask=offs_m < n_q, other=1.0), UPCAST)
-    delta = tl.load(DELTA + stats, mask=offs_m < n_q, other=0.0)
-    mask_rows = MASK + b * sm_b + offs_m[:, None] * sm_l
-    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    du = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    start, end = key_range(RANGES, b, pid_m, n_k, offset, CAUSAL, HAS_MASK, BLOCK_M)
-    for start_n in range(start, end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        cols, cols_ok = tile(b, h // group, offs_n, offs_d, sk_b, sk_h, sk_l, sk_d, n_k, head_dim)
-        k = tl.load(K + cols, mask=cols_ok, other=0.0)
-        v = tl.load(V + cols, mask=cols_ok, other=0.0)
-        z, dg, allowed = tile_scores(
-            q, u, k, offs_m, offs_n, mask_rows, n_q, n_k, offset, scale, xi,
-            G_KIND, CAUSAL, HAS_MASK, PRECISION, UPCAST, False,
-        )  # fmt: skip
-        p = exp(z - m[:, None], UPCAST) * inv_l[:, None]
-        dp = dot(do, tl.trans(v), PRECISION, UPCAST)
-        dz = tl.where(allowed, p * (dp - delta[:, None]), 0.0)
-        dq = dot_split(dz, k, PRECISION, UPCAST, dq)
-        du = dot_split(dz * dg, k, PRECISION, UPCAST, du)
-    tl.store(DQ + rows, cast(dq * scale, DQ.dtype.element_ty, UPCAST), mask=rows_ok)
-    tl.store(DU + rows, cast(du * scale, DU.dtype.element_ty, UPCAST), mask=rows_ok)
 
 
 # --- host side -----------------------------------------------------------------------------------
@@ -321,6 +227,8 @@ class _FusedRectified(torch.autograd.Function):
     def forward(ctx, q, u, k, v, mask, spec):
         b, n_heads, n_q, _ = q.shape
         o = torch.empty_like(q)
+        residual = spec["residual"]
+        o_lo = torch.empty_like(q) if residual else o
         m = torch.empty(b, n_heads, n_q, device=q.device, dtype=torch.float32)
         l_sum = torch.empty_like(m)
         starts = spec.get("padding_starts")
@@ -330,22 +238,22 @@ class _FusedRectified(torch.autograd.Function):
         tile = spec["tiles"]["forward"]
         grid = (triton.cdiv(n_q, tile[0]), b * n_heads)
         _forward[grid](
-            q, u, k, v, o, m, l_sum, launch_arg(mask_bytes, q),
+            q, u, k, v, o, o_lo, m, l_sum, launch_arg(mask_bytes, q),
             launch_arg(ranges.get("forward"), q),
-            *strides, n_heads, *sizes, **constexprs, **_launch_options(tile),
+            *strides, n_heads, *sizes, **constexprs, RESIDUAL=residual, **_launch_options(tile),
         )  # fmt: skip
-        ctx.save_for_backward(q, u, k, v, o, m, l_sum, mask_bytes)
+        ctx.save_for_backward(q, u, k, v, o, o_lo if residual else None, m, l_sum, mask_bytes)
         ctx.ranges = ranges
         ctx.spec = spec
         return o
 
     @staticmethod
     def backward(ctx, do):
-        q, u, k, v, o, m, l_sum, mask = ctx.saved_tensors
+        q, u, k, v, o, o_lo, m, l_sum, mask = ctx.saved_tensors
         spec = ctx.spec
         b, n_heads, n_q, _ = q.shape
         n_kv, n_k = k.shape[1], k.shape[2]
-        delta = row_dot(do, o)  # Δ_i = dO_i·O_i
+        delta = row_dot(do, o, b_lo=o_lo)  # Δ_i = dO_i·O_i, O as the forward computed it in fp32
         dq, du, dk, dv = (torch.empty_like(t) for t in (q, u, k, v))
         strides, sizes, constexprs = _common(q, k, mask, spec)
         strides[8:8] = do.stride()  # after q's and k's strides, before the mask's
@@ -354,12 +262,13 @@ class _FusedRectified(torch.autograd.Function):
         _backward_kv[(triton.cdiv(n_k, tile[1]), b * n_kv)](
             q, u, k, v, do, m, l_sum, delta, dk, dv, mask_bytes, launch_arg(ranges.get("kv"), q),
             *strides, n_kv, *sizes, **constexprs, KEYS_AS_ROWS=KV_KEYS_AS_ROWS,
-            **_launch_options(tile),
+            SPLIT=SPLIT_SCORE_GRADIENTS, **_launch_options(tile),
         )  # fmt: skip
         tile = spec["tiles"]["q"]
         _backward_q[(triton.cdiv(n_q, tile[0]), b * n_heads)](
             q, u, k, v, do, m, l_sum, delta, dq, du, mask_bytes, launch_arg(ranges.get("q"), q),
-            *strides, n_heads, *sizes, **constexprs, **_launch_options(tile),
+            *strides, n_heads, *sizes, **constexprs, SPLIT=SPLIT_SCORE_GRADIENTS,
+            **_launch_options(tile),
         )  # fmt: skip
         return dq, du, dk, dv, None, None
 
@@ -390,6 +299,10 @@ def fused_rectified_attention(
         "scale": q.shape[-1] ** -0.5 if scaling is None else float(scaling),
         "causal": bool(causal),
         "tiles": tiles,
+        # the output's rounding error, where a backward will take Δ from the fp32 output
+        "residual": q.dtype != torch.float32
+        and torch.is_grad_enabled()
+        and any(t.requires_grad for t in (q, u, k, v)),
     }
     checked = check_mask(mask, q.shape[0], n_q, n_k)
     if checked is None:
