@@ -128,7 +128,9 @@ def decode(n: int, args) -> dict:
 
 def profile(n: int, args) -> dict:
     """Where the fused step's time goes: each CUDA kernel's total over one forward + backward
-    (torch.profiler), beside SDPA's; and forward alone against SDPA's forward alone."""
+    (torch.profiler), beside SDPA's; and forward alone against SDPA's forward alone (without
+    autograd, as evaluation runs it: the training forward also stores the output's rounding
+    error)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 

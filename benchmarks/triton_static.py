@@ -128,7 +128,8 @@ def rectify_launches(
         tiles = tiles or rectify_table()  # the table as the switches give it
         if kv is not None:
             tiles = {**tiles, "kv": kv}
-        with recorded(triton_kernel) as launches:
+        # a decoding step as generation runs it: without autograd (no output residual stored)
+        with recorded(triton_kernel) as launches, torch.set_grad_enabled(queries is None):
             out = triton_kernel.fused_rectified_attention(
                 q, u, k, v, g, _mask(n, masked, queries), tiles=tiles
             )

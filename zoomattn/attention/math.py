@@ -77,9 +77,10 @@ def row_dot(
     out = torch.empty(a.shape[:-1], dtype=torch.float32, device=a.device)
     for start in range(0, a.shape[1], heads):
         part = slice(start, start + heads)
-        b_part = b[:, part].float()
-        if b_lo is not None:
-            b_part = b_part + b_lo[:, part].float()
+        if b_lo is None:
+            b_part = b[:, part].float()
+        else:  # b_lo added in place into a copy (.float() is b itself where b is fp32)
+            b_part = b[:, part].to(torch.float32, copy=True).add_(b_lo[:, part])
         out[:, part] = (a[:, part].float() * b_part).sum(-1)
     return out
 

@@ -34,15 +34,15 @@ IEEE precision, not TF32). P and dZ enter their dot products with V, dO, Q, U, K
 dtype. P is rounded to it once, as FlashAttention (and so plain SDPA) rounds it, in P·V and
 Pᵀ·dO. Δ is taken from the output as computed in fp32: in training the forward also stores the
 output's rounding error (``RESIDUAL``, |O| more memory until the backward). Δ from the rounded
-output had an error that g′ (up to ~ξ) amplified in dU and dK: at ξ = 10 up to 1.8× plain bf16
+output had an error that g′ (up to ~ξ) amplified in dU and dK: at ξ = 10 up to 1.7× plain bf16
 SDPA's gradient error (tests/methods/rectify/test_triton_kernel.py, whose bound is 1.5×), and
 rising with ξ at every size tried. dZ and dZ ∘ g′ enter their products with Q, U and K split in
 two bf16 parts, hi + lo (``dot_split``: twice those four tensor-core products); with
 ``SPLIT_SCORE_GRADIENTS`` off, rounded once as FlashAttention rounds dS: on that test up to 1.16×
-SDPA's error against 1.02× split (at 128 tokens, head dim 64, ξ 3 and 10: 0.57–0.64× against
-0.43–0.45×, where Δ from the rounded output gave 0.51–0.86× split). Tiles: a fixed
-table for Hopper (``_tiles``); its speed on an H200, and the sweep that tunes the table, in
-docs/kernels.md.
+SDPA's error against 1.02× split (at 128 tokens, head dim 64, ξ 3 and 10, the largest gradient
+error: 0.60–0.64× against 0.44–0.45×, where Δ from the rounded output gave 0.54–0.87× split).
+Tiles: a fixed table for Hopper (``_tiles``); its speed on an H200, and the sweep that tunes the
+table, in docs/kernels.md.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch.autograd.function import once_differentiable
 
 from zoomattn.attention.math import causal_flag, row_dot
 from zoomattn.attention.reuse import SameTensors
@@ -86,7 +87,8 @@ _from_mask = SameTensors()
 KV_KEYS_AS_ROWS = False
 # dZ and dZ ∘ g′ in two parts, hi + lo, in their products with Q, U and K (on), or rounded once as
 # FlashAttention rounds dS (off: those products halved, the backward loops ~10 % shorter at sm_90,
-# the gradients' bf16 error up to 1.4× this setting's; module docstring). On until a GPU times it.
+# the gradients' bf16 error ~1.4× this setting's at 128 tokens; module docstring). On until a GPU
+# times it.
 SPLIT_SCORE_GRADIENTS = True
 
 
@@ -248,6 +250,7 @@ class _FusedRectified(torch.autograd.Function):
         return o
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, do):
         q, u, k, v, o, o_lo, m, l_sum, mask = ctx.saved_tensors
         spec = ctx.spec
