@@ -92,7 +92,7 @@ step special_ab 200 bash -c "$ab --lengths 4096 8192 --repeats 3 \
 step rectify_starts_ab 100 bash -c "$ab --lengths 4096 8192 --padded 0.25 --repeats 3 \
   && $ab --padding-starts --lengths 4096 8192 --padded 0.25 --repeats 3"
 # the backward's dZ in two parts (today) against rounded once (SPLIT_SCORE_GRADIENTS off: half
-# those products, loops ~10 % shorter at sm_90), padded and causal, each in its own process
+# those products, loops 9-15 % shorter at sm_90), padded and causal, each in its own process
 step rectify_split_ab 100 bash -c "$ab --lengths 4096 8192 --padded 0.25 --repeats 3 \
   && $ab --rounded-once --lengths 4096 8192 --padded 0.25 --repeats 3 \
   && $ab --lengths 8192 --repeats 3 && $ab --rounded-once --lengths 8192 --repeats 3"

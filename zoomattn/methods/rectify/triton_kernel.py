@@ -86,7 +86,7 @@ _from_mask = SameTensors()
 # Off until a GPU times it.
 KV_KEYS_AS_ROWS = False
 # dZ and dZ ∘ g′ in two parts, hi + lo, in their products with Q, U and K (on), or rounded once as
-# FlashAttention rounds dS (off: those products halved, the backward loops ~10 % shorter at sm_90,
+# FlashAttention rounds dS (off: those products halved, the backward loops 9-15 % shorter at sm_90,
 # the gradients' bf16 error ~1.4× this setting's at 128 tokens; module docstring). On until a GPU
 # times it.
 SPLIT_SCORE_GRADIENTS = True
