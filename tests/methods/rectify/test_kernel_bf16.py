@@ -40,7 +40,7 @@ def _bf16_errors(fn, inputs, mask):
 def test_bf16_blockwise_rectified_is_as_accurate_as_bf16_sdpa_in_values_and_gradients(name, xi):
     """The block's scores, g and softmax run in fp32, as SDPA's kernels do: in bf16 they were
     4-5× SDPA's error (7e-3 to 9e-3 against 1.9e-3 here); now only the output is rounded. At the
-    study's largest ξ too, where the fused kernel's Δ once was not (test_triton_kernel.py)."""
+    study's largest ξ too, where the fused kernel's Δ once was not (test_triton_kernel_bf16.py)."""
     b, h, hkv, n, d = 2, 8, 4, 128, 32
     q, u, k, v = _inputs(b, h, hkv, n, n, d=d, dtype=torch.bfloat16)
     mask = left_padding_mask([n, n - 40], n)

@@ -35,7 +35,7 @@ dtype. P is rounded to it once, as FlashAttention (and so plain SDPA) rounds it,
 Pᵀ·dO. Δ is taken from the output as computed in fp32: in training the forward also stores the
 output's rounding error (``RESIDUAL``, |O| more memory until the backward). Δ from the rounded
 output had an error that g′ (up to ~ξ) amplified in dU and dK: at ξ = 10 up to 1.7× plain bf16
-SDPA's gradient error (tests/methods/rectify/test_triton_kernel.py, whose bound is 1.5×), and
+SDPA's gradient error (tests/methods/rectify/test_triton_kernel_bf16.py, bound 1.5×), and
 rising with ξ at every size tried. dZ and dZ ∘ g′ enter their products with Q, U and K split in
 two bf16 parts, hi + lo (``dot_split``: twice those four tensor-core products); with
 ``SPLIT_SCORE_GRADIENTS`` off, rounded once as FlashAttention rounds dS: on that test up to 1.16×
