@@ -118,7 +118,7 @@ step lkg_heads 150 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192
 # first against the formula in the gpu lane, then timed beside flex autotuned by inductor
 # (flex.AUTOTUNE; its compiles take a minute or more, and it prints every candidate's time and
 # the one it keeps to the log), the path and the two heads alone
-step lane_lkg_tiles 150 "${lane[@]}" tests/gpu/test_lkg_flex_tiles_on_cuda.py
+step lane_lkg_tiles 200 "${lane[@]}" tests/gpu/test_lkg_flex_tiles_on_cuda.py
 step lkg_tiles 240 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192 --repeats 5 \
   --variants sdpa flex_2of32 flex_2of32_alone flex_2of32_small_tiles flex_2of32_alone_small_tiles \
   flex_2of32_autotuned flex_2of32_alone_autotuned
