@@ -47,7 +47,7 @@ def _step(n: int, args):
     config = OpAmpConfig(10.0, args.adapter_dim, dropout=0.1)
     layer = OpAmpAttention(args.heads, args.kv_heads, args.head_dim, config)
     layer = layer.to(device=DEVICE, dtype=dtype).train()
-    mask = tile_sweep.left_padding_mask(n, args.padded, DEVICE)
+    mask = tile_sweep.padding_mask(n, args.padded, DEVICE)
     grad = torch.randn_like(q)
     leaves = [q, k, v, *layer.parameters()]
 

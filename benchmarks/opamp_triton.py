@@ -75,7 +75,7 @@ def _step(forwards: dict, tensors):
 
 def measure(n: int, args) -> dict:
     q_stack, k_stack, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
-    mask = tile_sweep.left_padding_mask(n, args.padded, DEVICE)
+    mask = tile_sweep.padding_mask(n, args.padded, DEVICE, args.padding_side)
     forwards = _forwards(q_stack, k_stack, v, mask, args.tiles)
     step = _step(forwards, (q_stack, k_stack, v))
     with torch.no_grad():
@@ -91,7 +91,7 @@ def sweep(args) -> dict:
 
     n = args.lengths[0]
     q_stack, k_stack, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
-    mask = tile_sweep.left_padding_mask(n, args.padded, DEVICE)
+    mask = tile_sweep.padding_mask(n, args.padded, DEVICE, args.padding_side)
     table = _tiles(torch.device(DEVICE))
 
     def run(tiles, backward: bool):
@@ -125,7 +125,7 @@ def main() -> None:
     from zoomattn.methods.opamp.triton_kernel import _tiles
 
     args.tiles = tile_sweep.merged_tiles(_tiles(torch.device(DEVICE)), args.tiles)
-    what = f"B=1, fwd+bwd, padded={args.padded}, {special}"
+    what = f"B=1, fwd+bwd, padded={args.padded} ({args.padding_side}), {special}"
     tile_sweep.report_lengths(args, measure, what, DEVICE)
 
 

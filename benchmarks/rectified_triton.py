@@ -12,9 +12,9 @@ interleaved. Memory: peak allocated during one step above what was allocated bef
 inputs), ``torch.cuda.max_memory_allocated``. Also the fused output's relative error to the
 block-wise one, as a sanity check. Prints one JSON line per length, then a summary line.
 
-``--padded F`` left-pads the first F of the tokens through a boolean mask (the training
-batches' case; the kernel skips the tiles the mask rules out), against causal SDPA on the same
-shape without a mask.
+``--padded F`` pads F of the tokens through a boolean mask, the first F (``--padding-side left``,
+the default: generation's prompts) or the last (``right``: training's batches); the kernel skips
+the tiles the mask rules out. Against causal SDPA on the same shape without a mask.
 
 ``--decode B`` times a decoding step instead (``decode``): B single queries over the cache of
 each length, forward only, every variant under the same mask (SDPA included).
@@ -56,9 +56,9 @@ def _inputs(n: int, heads: int, kv_heads: int, head_dim: int):
     return projected(heads), projected(heads, 0.3), projected(kv_heads), projected(kv_heads)
 
 
-def left_padding_mask(n: int, padded: float, device: str | None = None) -> torch.Tensor | None:
-    """``tile_sweep.left_padding_mask`` on the benchmark's device by default."""
-    return tile_sweep.left_padding_mask(n, padded, device or DEVICE)
+def padding_mask(n: int, args) -> torch.Tensor | None:
+    """``tile_sweep.padding_mask`` of ``args``' padding on the benchmark's device."""
+    return tile_sweep.padding_mask(n, args.padded, DEVICE, args.padding_side)
 
 
 def _steps(q, u, k, v, tiles, mask=None):
@@ -83,7 +83,7 @@ def _steps(q, u, k, v, tiles, mask=None):
 
 def measure(n: int, args) -> dict:
     q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
-    step, forward = _steps(q, u, k, v, args.tiles, left_padding_mask(n, args.padded))
+    step, forward = _steps(q, u, k, v, args.tiles, padding_mask(n, args))
     with torch.no_grad():
         error = tile_sweep.rel_error(forward["fused"](), forward["blockwise"]())
     row = {"n": n, "fused_vs_blockwise_rel_error": error}
@@ -108,7 +108,7 @@ def decode(n: int, args) -> dict:
     q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
     q, u = (x[:, :, -1:].detach().expand(b, -1, -1, -1).contiguous() for x in (q, u))
     k, v = (x.detach().expand(b, -1, -1, -1).contiguous() for x in (k, v))
-    mask = left_padding_mask(n, args.padded)
+    mask = padding_mask(n, args)
     mask = None if mask is None else mask[:, :, -1:].expand(b, -1, -1, -1)
     forward = {
         "sdpa": lambda: sdpa(q, k, v, mask),
@@ -135,7 +135,7 @@ def profile(n: int, args) -> dict:
     from torch.profiler import profile as torch_profile
 
     q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
-    step, forward = _steps(q, u, k, v, args.tiles, left_padding_mask(n, args.padded))
+    step, forward = _steps(q, u, k, v, args.tiles, padding_mask(n, args))
     row = {"n": n, "padded": args.padded}
     for variant in ("sdpa", "fused"):
         step(variant)  # warm-up
@@ -168,7 +168,7 @@ def sweep(args) -> dict:
 
     n = args.lengths[0]
     q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
-    mask = left_padding_mask(n, args.padded)
+    mask = padding_mask(n, args)
     table = _tiles(args.head_dim, torch.device(DEVICE))
 
     def run(tiles, backward: bool):
@@ -202,8 +202,8 @@ def main() -> None:
     p.add_argument("--profile", action="store_true",
                    help="time per CUDA kernel, fused and SDPA (see profile)")  # fmt: skip
     p.add_argument("--g", default="max", help="the rectifier g (max, tanh, tanh_plus_x, sigmoid)")
-    p.add_argument("--padding-starts", action="store_true",
-                   help="a left-padding mask as each row's first key (PADDING_STARTS)")  # fmt: skip
+    p.add_argument("--padding-spans", action="store_true",
+                   help="a padding mask as each row's real keys (PADDING_SPANS)")  # fmt: skip
     p.add_argument("--kv-keys-as-rows", action="store_true",
                    help="dK/dV's tiles as [keys, queries] (KV_KEYS_AS_ROWS); give it a tile of "
                         '64 or 128 keys: --tiles \'{"kv": [16, 64, 4, 2]}\'')  # fmt: skip
@@ -218,7 +218,7 @@ def main() -> None:
     special = triton_special.use(args)
     from zoomattn.methods.rectify import triton_kernel
 
-    triton_kernel.PADDING_STARTS = args.padding_starts or triton_kernel.PADDING_STARTS
+    triton_kernel.PADDING_SPANS = args.padding_spans or triton_kernel.PADDING_SPANS
     triton_kernel.KV_KEYS_AS_ROWS = args.kv_keys_as_rows or triton_kernel.KV_KEYS_AS_ROWS
     if args.rounded_once:
         triton_kernel.SPLIT_SCORE_GRADIENTS = False
@@ -228,10 +228,12 @@ def main() -> None:
 
     args.tiles = tile_sweep.merged_tiles(_tiles(args.head_dim, torch.device(DEVICE)), args.tiles)
     run = decode if args.decode else profile if args.profile else measure
-    what = f"B=1, left padding {args.padded}" if args.padded else "B=1, causal"
-    what = f"B={args.decode}, decoding steps" if args.decode else f"{what}, fwd+bwd"
+    padding = f"{args.padding_side} padding {args.padded}" if args.padded else "causal"
+    what = (
+        f"B={args.decode}, decoding steps, {padding}" if args.decode else f"B=1, {padding}, fwd+bwd"
+    )
     what = f"{what}, g={G}, {special}"  # the switches as the kernel module has them
-    what += ", padding starts" if triton_kernel.PADDING_STARTS else ""
+    what += ", padding spans" if triton_kernel.PADDING_SPANS else ""
     what += ", dK/dV keys as rows" if triton_kernel.KV_KEYS_AS_ROWS else ""
     what += "" if triton_kernel.SPLIT_SCORE_GRADIENTS else ", dZ rounded once"
     tile_sweep.report_lengths(args, run, what, DEVICE)

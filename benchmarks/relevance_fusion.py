@@ -179,6 +179,10 @@ def main() -> None:
     p.add_argument("--kv-heads", type=int)
     p.add_argument("--head-dim", type=int)
     p.add_argument("--passage", type=int, default=100)
+    padded = "with --cuda: this fraction of the tokens padding (a mask)"
+    p.add_argument("--padded", type=float, default=0.0, help=padded)
+    p.add_argument("--padding-side", choices=("left", "right"), default="left",
+                   help="left: generation's prompts; right: training's batches")  # fmt: skip
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -187,6 +191,10 @@ def main() -> None:
     p.add_argument("--variants", nargs="+", choices=relevance_fusion_cuda.VARIANTS,
                    metavar="VARIANT", help=only)  # fmt: skip
     args = p.parse_args()
+    if args.padded and not args.cuda:
+        p.error("--padded: with --cuda only")
+    if not 0 <= args.padded < 1:
+        p.error(f"--padded: a fraction of the tokens in [0, 1), got {args.padded}")
     if args.variants and (not args.cuda or args.variants[0] != "sdpa"):
         p.error("--variants: with --cuda, sdpa first (the baseline of every ratio)")
     defaults = CUDA_DEFAULTS if args.cuda else CPU_DEFAULTS

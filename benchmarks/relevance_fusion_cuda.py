@@ -20,10 +20,15 @@ Two more ask whether few fused heads leave SMs idle: ``_small_tiles`` runs flex 
 ``flex.FEW_HEADS_TILES`` (as ``flex.KERNEL_OPTIONS``), twice the programs of torch's defaults, and
 ``_autotuned`` compiles flex with max-autotune (``flex.AUTOTUNE``; inductor prints the candidates'
 times and the one it keeps to stderr), each for the path and for the two heads alone.
+``--padded F`` pads F of the tokens through a boolean mask on every variant (default: causal
+without a mask, where flex reads no mask), the first F (``--padding-side left``, the default:
+generation's prompts) or the last (``right``: training's batches), and ``_padding_spans`` reads
+that padding as each row's span of real keys (``flex.PADDING_SPANS``) instead of the mask's
+bytes, for every head, two and the two alone.
 Time: median of CUDA-event-timed steps; memory: peak allocated during one step above what was
 allocated before it (the inputs).
 
-    PYTHONPATH=$PWD python benchmarks/relevance_fusion.py --cuda [--variants sdpa ...]
+    PYTHONPATH=$PWD python benchmarks/relevance_fusion.py --cuda [--padded F [--padding-side right]]
 """
 
 from __future__ import annotations
@@ -48,14 +53,19 @@ VARIANTS = (
     "flex_2of32_alone_small_tiles",
     "flex_2of32_autotuned",
     "flex_2of32_alone_autotuned",
+    "flex_all_padding_spans",
+    "flex_2of32_padding_spans",
+    "flex_2of32_alone_padding_spans",
 )
 TWO_OF_32 = (1, 22)  # two KV groups of 8
 
 
-def steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device="cuda"):
+def steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device="cuda",
+          padded: float = 0.0, side: str = "left"):  # fmt: skip
     """The step of every CUDA variant on one set of bf16 inputs, the inputs' MiB, the number of
     passages, and each variant's forward (``device``: "cpu" for the suite's smoke test, with
-    eager flex)."""
+    eager flex). ``padded``: that fraction of the tokens padding on ``side`` (a mask of causal &
+    real keys on every variant, SDPA's included), else causal without a mask."""
     import tile_sweep
     import torch
     from relevance_fusion import MARKERS, layout  # the CPU benchmark's prompt
@@ -79,24 +89,28 @@ def steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device
         return x.transpose(1, 2).requires_grad_(True)
 
     q, k, v = projected(heads), projected(kv_heads), projected(kv_heads)
-    row, n_passages = layout(n, passage)
+    pads = int(padded * n)
+    row, n_passages = layout(n - pads, passage)
+    # a pad id that is no marker: left padding's segment is OTHER, right padding's TAIL
+    row = [0] * pads + row if side == "left" else row + [0] * pads
+    mask = tile_sweep.padding_mask(n, padded, device, side)
     segments = segment_ids(torch.tensor([row], device=device), Boundary(**MARKERS))
     log_alpha = torch.randn(1, n_passages, device=device).requires_grad_(True)
     everything = tuple(range(heads))
 
     def bias(fused_heads):
-        b = fusion_bias(segments, segments, log_alpha, call_mask(None, n, n, q.device))
-        return relevance_attention(q, k, v, None, None, fused_heads, b)
+        b = fusion_bias(segments, segments, log_alpha, call_mask(mask, n, n, q.device))
+        return relevance_attention(q, k, v, mask, None, fused_heads, b)
 
     def flex_path(fused_heads, new_mask=False):
         if new_mask:
             flex._layouts.clear()
         return flex.flex_relevance_attention(
-            q, k, v, None, None, fused_heads, segments, segments, log_alpha
+            q, k, v, mask, None, fused_heads, segments, segments, log_alpha
         )
 
     def flex_heads(q, k, v, alpha=log_alpha):  # the fused heads' FlexAttention, as the path's
-        return flex.flex_fused_heads(q, k, v, None, None, segments, segments, alpha)
+        return flex.flex_fused_heads(q, k, v, mask, None, segments, segments, alpha)
 
     def apart(on, fn):  # flex.ROWS_APART pinned for the forward (backward reads it not)
         return lambda: tile_sweep.with_switch(flex, "ROWS_APART", on, fn)
@@ -107,19 +121,22 @@ def steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device
     def autotuned(fn):
         return lambda: tile_sweep.with_switch(flex, "AUTOTUNE", True, fn)
 
+    def spans(fn):  # padding read as key spans (the block mask is built per switch)
+        return lambda: tile_sweep.with_switch(flex, "PADDING_SPANS", True, fn)
+
     # the fused heads' kernel alone: their q and K/V selected once, outside the timed step
     two = []
     if max(TWO_OF_32) < heads:
         two = [t.detach().requires_grad_(True) for t in _select(q, k, v, list(TWO_OF_32))]
 
     fns = {
-        "sdpa": lambda: sdpa(q, k, v),
+        "sdpa": lambda: sdpa(q, k, v, mask),
         "bias_all": lambda: bias(everything),
         "bias_2of32": lambda: bias(TWO_OF_32),
         "flex_all": apart(False, lambda: flex_path(everything)),
         "flex_2of32": apart(False, lambda: flex_path(TWO_OF_32)),
         "flex_2of32_copied": apart(
-            False, lambda: by_heads(q, k, v, None, None, TWO_OF_32, flex_heads)
+            False, lambda: by_heads(q, k, v, mask, None, TWO_OF_32, flex_heads)
         ),
         "flex_2of32_alone": apart(False, lambda: flex_heads(*two)),
         "flex_2of32_alone_fixed_alpha": apart(
@@ -133,6 +150,9 @@ def steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device
         "flex_2of32_alone_small_tiles": apart(False, small_tiles(lambda: flex_heads(*two))),
         "flex_2of32_autotuned": apart(False, autotuned(lambda: flex_path(TWO_OF_32))),
         "flex_2of32_alone_autotuned": apart(False, autotuned(lambda: flex_heads(*two))),
+        "flex_all_padding_spans": apart(False, spans(lambda: flex_path(everything))),
+        "flex_2of32_padding_spans": apart(False, spans(lambda: flex_path(TWO_OF_32))),
+        "flex_2of32_alone_padding_spans": apart(False, spans(lambda: flex_heads(*two))),
     }
 
     def step(variant):
@@ -162,14 +182,17 @@ def main(args) -> None:
     rows = []
     for n in args.lengths:
         step, inputs_mib, n_passages, _ = steps(
-            n, args.heads, args.kv_heads, args.head_dim, args.passage
-        )
+            n, args.heads, args.kv_heads, args.head_dim, args.passage,
+            padded=args.padded, side=args.padding_side,
+        )  # fmt: skip
         cells = {}
         for variant in args.variants or VARIANTS:
             if "2of32" in variant and max(TWO_OF_32) >= args.heads:
                 continue
             cells[variant] = measure(variant, step, args.repeats)
-            line = {"n": n, "variant": variant, "passages": n_passages, **cells[variant]}
+            line = {"n": n, "padded": args.padded, "side": args.padding_side}
+            line |= {"variant": variant, "passages": n_passages}
+            line |= cells[variant]
             print(json.dumps(line), flush=True)
         base = cells["sdpa"]
         for variant, cell in cells.items():
@@ -192,7 +215,8 @@ def main(args) -> None:
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "shape": f"B=1, heads={args.heads}, kv_heads={args.kv_heads}, "
-        f"head_dim={args.head_dim}, bf16, forward+backward, log α requires grad",
+        f"head_dim={args.head_dim}, bf16, forward+backward, log α requires grad, "
+        + (f"{args.padding_side} padding {args.padded} (mask)" if args.padded else "causal"),
         "passage_tokens": args.passage,
         "fused_heads_of_2of32": list(TWO_OF_32),
         "repeats": args.repeats,

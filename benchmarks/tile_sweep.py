@@ -198,13 +198,16 @@ def sweep_result(table, best, tried, run, baselines: dict, repeats, device, shap
     }
 
 
-def left_padding_mask(n: int, padded: float, device: str) -> torch.Tensor | None:
-    """[1, 1, n, n] causal mask whose first ``padded`` fraction of positions is padding (None for
-    none)."""
+def padding_mask(n: int, padded: float, device: str, side: str = "left") -> torch.Tensor | None:
+    """[1, 1, n, n] causal mask whose first (``side`` "left": generation's prompts) or last
+    ("right": training's batches, whose padded rows see every real key) ``padded`` fraction of
+    positions is padding, as transformers builds it (None for none)."""
     if not padded:
         return None
     causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
-    return (causal & (torch.arange(n, device=device) >= int(padded * n))[None, :])[None, None]
+    keys, pads = torch.arange(n, device=device), int(padded * n)
+    real = keys >= pads if side == "left" else keys < n - pads
+    return (causal & real[None, :])[None, None]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -218,7 +221,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help='JSON {"forward"|"kv"|"q": [BLOCK_M, BLOCK_N, warps, stages]}, '
                         "merged over the default table")  # fmt: skip
     p.add_argument("--padded", type=float, default=0.0,
-                   help="fraction of left padding, through a boolean mask")  # fmt: skip
+                   help="fraction of padding, through a boolean mask")  # fmt: skip
+    p.add_argument("--padding-side", choices=("left", "right"), default="left",
+                   help="left: generation's prompts; right: training's batches")  # fmt: skip
     p.add_argument("--sweep", action="store_true", help="tune the tile table (see above)")
     p.add_argument("--budget-s", type=float, default=240, help="time for the sweep's candidates")
     p.add_argument("--out", default=None, help="write the sweep's JSON here")

@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 import triton
 from sass_counts import SUBNORMAL_CHECK, base, cuobjdump, inner_loop, load_bytes, opcode_counts
-from tile_sweep import left_padding_mask, switched
+from tile_sweep import padding_mask, switched
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
 from triton.runtime.jit import JITFunction, create_function_from_signature
@@ -91,7 +91,7 @@ def _projected(n: int, heads: int, head_dim: int, dtype=torch.bfloat16) -> torch
 def _mask(n: int, masked: bool, queries: int | None = None) -> torch.Tensor | None:
     """None (causal prefill), or a causal mask whose first quarter of positions is padding, on
     the CPU (the GPU sweep's ``--padded 0.25``); with ``queries``, its last rows (decoding)."""
-    mask = left_padding_mask(n, 0.25 if masked else 0.0, "cpu")
+    mask = padding_mask(n, 0.25 if masked else 0.0, "cpu")
     return mask if mask is None or queries is None else mask[:, :, -queries:]
 
 
@@ -108,12 +108,12 @@ def opamp_table(dtype=torch.bfloat16) -> dict:
 
 
 def rectify_launches(
-    n: int, masked: bool, tiles=None, g="max", dtype=torch.bfloat16, queries=None, starts=False,
+    n: int, masked: bool, tiles=None, g="max", dtype=torch.bfloat16, queries=None, spans=False,
     keys_as_rows=False, kv=None, rounded_once=False,
 ) -> list[Launch]:  # fmt: skip
     """The launches of one forward and backward at n tokens; with ``queries`` (a decoding step:
-    that many queries over n keys) the forward only, as generation runs it; ``starts``: with
-    ``PADDING_STARTS`` (the padding mask as each row's first key); ``keys_as_rows``: with
+    that many queries over n keys) the forward only, as generation runs it; ``spans``: with
+    ``PADDING_SPANS`` (the padding mask as each row's span of real keys); ``keys_as_rows``: with
     ``KV_KEYS_AS_ROWS`` (dK/dV's tiles as [keys, queries]), ``kv`` its tile; ``rounded_once``:
     with ``SPLIT_SCORE_GRADIENTS`` off (dZ rounded once in the backward's products)."""
     from zoomattn.methods.rectify import triton_kernel
@@ -122,7 +122,7 @@ def rectify_launches(
     q, u = (_projected(queries or n, 32, 128, dtype) for _ in range(2))
     k, v = (_projected(n, 8, 128, dtype) for _ in range(2))
     g = Rectifier(g, 3.0)
-    switches = {"PADDING_STARTS": starts, "KV_KEYS_AS_ROWS": keys_as_rows,
+    switches = {"PADDING_SPANS": spans, "KV_KEYS_AS_ROWS": keys_as_rows,
                 "SPLIT_SCORE_GRADIENTS": not rounded_once}  # fmt: skip
     with switched(triton_kernel, **switches):
         tiles = tiles or rectify_table()  # the table as the switches give it
@@ -260,11 +260,11 @@ def static_rows(
 # ``FUSED_DECODING`` (on) or OpAmp's opt-in ``path="triton"``.
 VARIANTS = [
     *[("rectify", True, {"g": g}) for g in ("tanh", "tanh_plus_x", "sigmoid")],
-    ("rectify", True, {"starts": True}),  # PADDING_STARTS: the mask as each row's first key
-    # both switches: the dK/dV kernel keys first with the padding as first keys
+    ("rectify", True, {"spans": True}),  # PADDING_SPANS: the mask as each row's key span
+    # both switches: the dK/dV kernel keys first with the padding as key spans
     *[
         ("rectify", True, {**both, "kv": kv, "kernels": ["_backward_kv"]})
-        for both in [{"starts": True, "keys_as_rows": True}]
+        for both in [{"spans": True, "keys_as_rows": True}]
         for kv in ((16, 64, 4, 2), (16, 128, 8, 2))
     ],
     # KV_KEYS_AS_ROWS: dK/dV's [keys, queries] tiles, at the table's tile and at 64 or 128 keys

@@ -4,8 +4,8 @@ kernel itself is held to the formula under such masks in test_triton_kernel.py."
 
 import torch
 
-from tests.methods.rectify.test_kernel import left_padding_mask
-from zoomattn.attention.tile_ranges import DECODE_QUERIES, padding_starts, tile_ranges, tiles_for
+from tests.methods.rectify.test_kernel import left_padding_mask, right_padding_mask
+from zoomattn.attention.tile_ranges import DECODE_QUERIES, padding_spans, tile_ranges, tiles_for
 
 
 def scattered_mask(n_q, n_k, seed=0):
@@ -48,17 +48,24 @@ def test_tile_ranges_of_a_causal_left_padded_batch_skip_the_padding_and_the_uppe
     assert ranges["forward"][1].tolist() == [[64, 0], [16, 32], [16, 48], [16, 64]]
 
 
-def test_padding_starts_are_each_rows_first_real_key_for_left_padding_under_causal_only():
+def test_padding_spans_are_each_rows_real_keys_for_padding_under_causal_only():
+    spans = [[0, 24], [11, 24], [23, 24]]
     mask = left_padding_mask([24, 13, 1], 24)  # 0, 11 and 23 padding positions
-    assert padding_starts(mask).tolist() == [0, 11, 23]
-    assert padding_starts(mask).dtype == torch.int32
-    assert padding_starts(mask[:, :, -1:]).tolist() == [0, 11, 23]  # a decoding step's row
-    assert padding_starts(mask[:, :, -5:]).tolist() == [0, 11, 23]  # a chunk over the cache
-    holed = mask.clone()
-    holed[0, 0, -1, 5] = False  # one more key hidden from one row: not left padding
-    assert padding_starts(holed) is None
-    assert padding_starts(scattered_mask(24, 24)) is None
-    assert padding_starts(torch.ones(1, 1, 24, 24, dtype=torch.bool)) is None  # not causal
+    assert padding_spans(mask).tolist() == spans
+    assert padding_spans(mask).dtype == torch.int32
+    assert padding_spans(mask[:, :, -1:]).tolist() == spans  # a decoding step's row
+    assert padding_spans(mask[:, :, -5:]).tolist() == spans  # a chunk over the cache
+    right = right_padding_mask([24, 13, 1], 24)  # training's batches
+    assert padding_spans(right).tolist() == [[0, 24], [0, 13], [0, 1]]
+    both = left_padding_mask([24, 20], 24) & right_padding_mask([24, 18], 24)
+    assert padding_spans(both).tolist() == [[0, 24], [4, 18]]
+    for padded in (mask, right):
+        holed = padded.clone()
+        holed[1, 0, -1, 12] = False  # one more key hidden from one row: not padding
+        assert padding_spans(holed) is None
+    assert padding_spans(scattered_mask(24, 24)) is None
+    assert padding_spans(torch.ones(1, 1, 24, 24, dtype=torch.bool)) is None  # not causal
+    assert padding_spans(torch.zeros(1, 1, 24, 24, dtype=torch.bool)) is None  # no real key
 
 
 def test_a_call_of_a_few_queries_takes_the_decode_tile_as_its_forward_and_no_other():

@@ -50,15 +50,23 @@ def test_every_gpu_lane_step_that_selects_with_k_collects_tests(tmp_path):
 
 def test_every_term_of_a_lane_steps_k_selection_matches_some_test():
     """``-k "a or b"`` collects tests while ``b`` matches none: each term on its own must name
-    some test of the step's files (pytest's -k matches a test's name, case-insensitively)."""
+    some test of the step's files (pytest's -k matches a test's name, case-insensitively), the
+    words of ``a and not c`` each (an exclusion that names nothing excludes nothing)."""
     terms, files = {}, set()
     for name, command in _lane_steps().items():
         selection = re.search(r'-k (?:"([^"]+)"|(\S+))', command)
         if selection:
-            for term in (selection.group(1) or selection.group(2)).split(" or "):
+            for term in re.split(r" or | and not | and ", selection.group(1) or selection.group(2)):
                 terms[term.strip()] = name
             files.update(re.findall(r"tests/gpu/\S+\.py", command))
-    assert {"first_key", "key_rows", "replayed", "rows_apart", "score_mod"} <= set(terms)
+    assert {
+        "key_span",
+        "key_rows",
+        "replayed",
+        "rows_apart",
+        "score_mod",
+        "padding_spans",
+    } <= set(terms)
     env = {"PATH": "/usr/bin:/bin", "ZOOMATTN_GPU_LANE_DEVICE": "cpu"}
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                            "-p", "no:cacheprovider", *sorted(files)], cwd=ROOT, env=env,
@@ -78,7 +86,7 @@ def test_every_lkg_step_times_variants_the_benchmark_has_sdpa_first():
     text = SCRIPT.read_text().replace("\\\n", " ")
     steps = re.findall(r"^step (\w+) .*relevance_fusion\.py --cuda .*--variants ([\w ]+)$", text,
                        re.M)  # fmt: skip
-    assert {"lkg_heads", "lkg_tiles"} <= {name for name, _ in steps}
+    assert {"lkg_heads", "lkg_tiles", "lkg_spans"} <= {name for name, _ in steps}
     for name, variants in steps:
         names = variants.split()
         assert names[0] == "sdpa" and set(names) <= set(relevance_fusion_cuda.VARIANTS), name

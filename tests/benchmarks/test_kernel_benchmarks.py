@@ -54,14 +54,17 @@ def test_a_sweep_out_of_time_keeps_the_table_and_records_every_candidate_untried
     [([], "fused_time_vs_sdpa"), (["--decode", "2"], "fused_decode_vs_blockwise"),
      (["--profile"], "forward_fused_vs_sdpa"), (["--libdevice-log"], "fused_time_vs_sdpa"),
      (["--tritons-special"], "fused_time_vs_sdpa"),
-     (["--padding-starts"], "fused_time_vs_sdpa"),
+     (["--padding-spans"], "fused_time_vs_sdpa"),
+     (["--padding-spans", "--padding-side", "right"], "fused_time_vs_sdpa"),
      (["--kv-keys-as-rows", "--tiles", '{"kv": [16, 32, 1, 1]}'], "fused_time_vs_sdpa")],
 )  # fmt: skip
 def test_rectification_benchmark_runs_each_mode_and_summarises_its_ratios(mode, key):
     *rows, summary = _smoke("rectified_triton.py", "--padded", "0.25", *mode)
     assert [r["n"] for r in rows] == [40] and summary["40"][key] > 0
     assert "g=max" in summary["shape"] and "special functions interpreter's" in summary["shape"]
-    assert ("padding starts" in summary["shape"]) == ("--padding-starts" in mode)
+    assert ("padding spans" in summary["shape"]) == ("--padding-spans" in mode)
+    side = "right" if "right" in mode else "left"
+    assert f"{side} padding 0.25" in summary["shape"]
     assert ("dK/dV keys as rows" in summary["shape"]) == ("--kv-keys-as-rows" in mode)
 
 

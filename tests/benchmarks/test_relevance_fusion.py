@@ -25,6 +25,8 @@ SAME_AS = {  # variant: the variant it must equal
     "flex_2of32_rows_apart": "bias_2of32",
     "flex_2of32_small_tiles": "bias_2of32",
     "flex_2of32_autotuned": "bias_2of32",
+    "flex_all_padding_spans": "bias_all",
+    "flex_2of32_padding_spans": "bias_2of32",
 }
 ALONE = (
     "flex_2of32_alone",
@@ -32,15 +34,24 @@ ALONE = (
     "flex_2of32_alone_rows_apart",
     "flex_2of32_alone_small_tiles",
     "flex_2of32_alone_autotuned",
+    "flex_2of32_alone_padding_spans",
 )
 
 
-def test_every_cuda_variant_steps_and_the_fused_ones_equal_the_bias_path(monkeypatch):
+@pytest.mark.parametrize(("padded", "side"), [(0.0, "left"), (0.25, "left"), (0.25, "right")])
+def test_every_cuda_variant_steps_and_the_fused_ones_equal_the_bias_path(monkeypatch, padded, side):
     monkeypatch.setattr(flex_api, "_validate_device", lambda *tensors: None)
     apart, real = [], flex.guided_rows_attention
     monkeypatch.setattr(flex, "guided_rows_attention", lambda *a: apart.append(1) or real(*a))
+    spans, real_spans = [], flex._spans  # (switch, key spans) of every block mask built
+
+    def recorded_spans(*args):
+        spans.append((flex.PADDING_SPANS, real_spans(*args)))
+        return spans[-1][1]
+
+    monkeypatch.setattr(flex, "_spans", recorded_spans)
     step, _, n_passages, forward = relevance_fusion_cuda.steps(
-        n=300, heads=32, kv_heads=8, head_dim=16, passage=64, device="cpu"
+        n=300, heads=32, kv_heads=8, head_dim=16, passage=48, device="cpu", padded=padded, side=side
     )
     assert n_passages >= 3
     assert set(forward) == set(relevance_fusion_cuda.VARIANTS)
@@ -48,6 +59,12 @@ def test_every_cuda_variant_steps_and_the_fused_ones_equal_the_bias_path(monkeyp
         apart.clear()
         step(variant)
         assert bool(apart) == variant.endswith("rows_apart"), variant
+    # the padding read as its key span where the switch is on and there is a mask to read
+    pads = int(padded * 300)
+    want = None if not padded else [[pads, 300]] if side == "left" else [[0, 300 - pads]]
+    read = [(on, None if span is None else span.tolist()) for on, span in spans]
+    assert all(span is None for on, span in read if not on), read
+    assert [span for on, span in read if on] == [want], read  # built once, then reused
     # with gradients on, as the steps run: the rows-apart path runs only where log α trains
     out = {variant: fn().detach().float() for variant, fn in forward.items()}
     for variant, reference in SAME_AS.items():

@@ -36,14 +36,16 @@ def rows_apart(request, monkeypatch):
     monkeypatch.setattr(flex, "ROWS_APART", request.param)
 
 
-def _case(dtype, n=N, h=8, hkv=4, d=64, padded=True):
+def _case(dtype, n=N, h=8, hkv=4, d=64, padded=True, side="left"):
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, c, n, d, generator=g) for c in (h, hkv, hkv))
     segments = torch.stack([_layout(n, passage=60), _layout(n, passage=45, start=PADS + 3)])
     log_alpha = torch.randn(2, int(segments.max()) + 1, generator=g)
     mask = None
-    if padded:  # row 1 left-padded, as the model gets it: causal & real keys
+    if padded:  # row 1 padded, as the model gets it: causal & real keys
         real = torch.arange(n)[None] >= torch.tensor([[0], [PADS]])
+        if side == "right":  # training's batches: the padded rows see every real key
+            real = torch.arange(n)[None] < torch.tensor([[n], [n - PADS]])
         mask = torch.ones(n, n, dtype=torch.bool).tril()[None, None] & real[:, None, None]
     qkv = [t.to(DEVICE, dtype).requires_grad_() for t in (q, k, v)]
     log_alpha = log_alpha.to(DEVICE).requires_grad_()
@@ -64,15 +66,15 @@ def _values_and_grads(fn, qkv, log_alpha, padded):
 
 def _formula(heads, segments, mask, rows=None):
     """softmax(q·kᵀ·s + fusion_bias)·v in fp64 on ``heads``, plain SDPA on the others; padded
-    query rows get a finite bias (weight 0). ``rows``: the last query rows only (decoding)."""
+    query rows without a key get a finite bias (weight 0). ``rows``: the last query rows only
+    (decoding)."""
 
     def run(q, k, v, log_alpha):
         q, k, v, log_alpha = (t.double() for t in (q, k, v, log_alpha))
         n = q.shape[2]
         allowed = call_mask(mask, n, n, q.device)
-        bias = fusion_bias(segments, segments, log_alpha, allowed).clone()
-        if mask is not None:
-            bias[1, :, :PADS] = 0
+        bias = fusion_bias(segments, segments, log_alpha, allowed)
+        bias = bias.masked_fill(~allowed.any(-1, keepdim=True), 0)
         scores = q @ repeat_kv(k, q.shape[1]).transpose(-1, -2) * SCALE + bias
         fused = scores.softmax(-1) @ repeat_kv(v, q.shape[1])
         plain = sdpa(q, k, v, mask, SCALE)
@@ -114,8 +116,9 @@ def _sdpa_bf16_error(qkv, log_alpha):
     return [_rel(out, ref, False)] + [_rel(g, r, False) for g, r in pairs]
 
 
-def _check(dtype, heads, padded, d=64):
-    qkv, log_alpha, segments, mask = _case(dtype, padded=padded, d=d)
+def _check(dtype, heads, padded, d=64, side="left"):
+    qkv, log_alpha, segments, mask = _case(dtype, padded=padded, d=d, side=side)
+    padded = padded and side == "left"  # right padding leaves every row some key
     got = _values_and_grads(_flex(heads, segments, mask), qkv, log_alpha, padded)
     want = _values_and_grads(_formula(heads, segments, mask), qkv, log_alpha, padded)
     errors = [_rel(got[0], want[0], padded)]  # the gradients: every row (padded rows weigh 0)
@@ -145,6 +148,15 @@ def test_compiled_flex_fusion_on_two_heads_and_a_decoding_step_match_the_formula
         step = _flex(every, segments, mask, rows=1)(*qkv, log_alpha)
         want = _formula(every, segments, mask, rows=1)(*qkv, log_alpha)
     assert _rel(step, want, False) <= 2 * _sdpa_bf16_error(qkv, log_alpha)[0] + 1e-3
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_compiled_flex_fusion_with_padding_spans_matches_the_formula(monkeypatch, side):
+    """``flex.PADDING_SPANS`` (off until step lkg_spans of benchmarks/gpu_checks.sh times it):
+    the padding (right: training's; left: generation's) read in ``mask_mod`` as each row's span
+    of real keys, every head fused."""
+    monkeypatch.setattr(flex, "PADDING_SPANS", True)
+    _check(torch.bfloat16, heads=list(range(8)), padded=True, side=side)
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA memory statistics")

@@ -2,7 +2,8 @@
 CUDA against the materialised formula in fp64 on the same inputs, values and gradients of q, u, k,
 v, at a moderate size (L = 512, D = 128, 8 query heads over 2 KV heads): fp32 to 1e-5, bf16 within
 1.5× plain bf16 SDPA's error on the same device; causal prefill, left padding, one decoding step
-with and without a padded cache; the switches off by default (a padding mask as first keys,
+with and without a padded cache; the switches off by default (a padding mask as key spans, with
+right padding too,
 dK/dV's tiles as [keys, queries]); g and g′ compiled, with the .ftz special functions, against
 fp64 from small scores to far past exp's range and ξ up to the kernels' largest; and the dispatch
 under ``attention_kernels: fused`` (a ξ beyond the kernels' largest declined)."""
@@ -12,7 +13,7 @@ import torch
 
 from tests.gpu.lane import DEVICE
 from tests.methods.rectify.g_in_registers import XIS, assert_g_in_registers_matches_fp64
-from tests.methods.rectify.test_kernel import left_padding_mask
+from tests.methods.rectify.test_kernel import left_padding_mask, right_padding_mask
 from zoomattn.attention import kernels
 from zoomattn.attention.math import sdpa
 from zoomattn.methods.rectify import kernel as rectify_kernel
@@ -30,16 +31,18 @@ pytestmark = [
 ]  # fmt: skip
 
 N, HEADS, KV_HEADS, HEAD_DIM = 512, 8, 2, 128
-# name: (L, S, left-padding lengths or None), batch of 2
+# name: (L, S, padding lengths or None: left padding, right where the name says so), batch of 2
 SCENARIOS = {
     "causal_prefill": (N, N, None),
     "padded": (N, N, [N, 300]),
     "decoding_step": (1, N, None),
     "decoding_padded": (1, N, [N, 300]),  # the cache's padding: the mask's last row
+    "right_padded": (N, N, [N, 300]),  # training's batches; only the key-span test runs it
 }
 # (g, scenario) pairs: every g with padding, every scenario with the method's g ("max"); each pair
 # compiles three kernels per dtype, fp32's slowly (IEEE dot products), so fp32 runs two of them
-CASES = [("max", s) for s in SCENARIOS] + [(g, "padded") for g in G_VARIANTS if g != "max"]
+CASES = [("max", s) for s in SCENARIOS if s != "right_padded"]
+CASES += [(g, "padded") for g in G_VARIANTS if g != "max"]
 FP32_CASES = [("max", "causal_prefill"), ("sigmoid", "padded")]
 PARAMS = [(*c, torch.bfloat16) for c in CASES] + [(*c, torch.float32) for c in FP32_CASES]
 
@@ -59,7 +62,8 @@ def _inputs(scenario, dtype):
 
     tensors = [projected(HEADS, n_q), projected(HEADS, n_q, 0.3)]
     tensors += [projected(KV_HEADS, n_k), projected(KV_HEADS, n_k)]
-    mask = None if lengths is None else left_padding_mask(lengths, n_k)[:, :, -n_q:].to(DEVICE)
+    padding_mask = right_padding_mask if scenario.startswith("right") else left_padding_mask
+    mask = None if lengths is None else padding_mask(lengths, n_k)[:, :, -n_q:].to(DEVICE)
     return tensors, mask
 
 
@@ -83,11 +87,11 @@ def test_fused_rectified_matches_its_materialised_formula_on_cuda(name, scenario
     _check_against_formula(name, scenario, dtype)
 
 
-@pytest.mark.parametrize("scenario", ["padded", "decoding_padded"])
-def test_left_padding_as_each_rows_first_key_matches_the_formula_on_cuda(scenario, monkeypatch):
+@pytest.mark.parametrize("scenario", ["padded", "decoding_padded", "right_padded"])
+def test_padding_as_each_rows_key_span_matches_the_formula_on_cuda(scenario, monkeypatch):
     from zoomattn.methods.rectify import triton_kernel
 
-    monkeypatch.setattr(triton_kernel, "PADDING_STARTS", True)
+    monkeypatch.setattr(triton_kernel, "PADDING_SPANS", True)
     _check_against_formula("max", scenario, torch.bfloat16)
 
 

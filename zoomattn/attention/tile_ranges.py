@@ -45,18 +45,25 @@ def mask_arg(mask) -> torch.Tensor | None:
     return (mask if mask.stride(-1) == 1 else mask.contiguous()).view(torch.uint8)
 
 
-def padding_starts(mask) -> torch.Tensor | None:
-    """The first real key of each batch row, ``[B]`` int32, where ``mask`` (checked, ``[B, 1, L,
-    S]``) is exactly left padding under causal (queries aligned to the last keys), the training
-    batches' mask: then the kernels test ``start ≤ key ≤ row + S − L`` instead of loading the
-    mask's bytes. None for any other mask. One comparison over the mask (a host sync)."""
+def padding_spans(mask) -> torch.Tensor | None:
+    """Each batch row's real keys as ``[B, 2]`` int32 (the first, and one past the last), where
+    ``mask`` (checked, ``[B, 1, L, S]``) is exactly padding under causal (queries aligned to the
+    last keys): left padding (generation's prompts), right padding (training's batches, whose
+    padded rows see every real key) or both. Then the kernels test ``first ≤ key < end`` and
+    ``key ≤ row + S − L`` instead of loading the mask's bytes. None for any other mask. One
+    comparison over the mask (a host sync)."""
     allowed = mask[:, 0]
     n_q, n_k = allowed.shape[1:]
-    starts = allowed[:, -1].view(torch.uint8).argmax(-1)  # the last row sees every real key
+    real = allowed.any(1)  # [B, S]: the keys some row sees
+    as_bytes = real.view(torch.uint8)
+    first = as_bytes.argmax(-1)
+    end = n_k - as_bytes.flip(-1).argmax(-1)
     keys = torch.arange(n_k, device=mask.device)
     last = torch.arange(n_q, device=mask.device)[:, None] + (n_k - n_q)
-    padded_causal = (keys >= starts[:, None, None]) & (keys <= last)
-    return starts.to(torch.int32) if torch.equal(padded_causal, allowed) else None
+    inside = (keys >= first[:, None]) & (keys < end[:, None])
+    padded_causal = inside[:, None, :] & (keys <= last)
+    spans = torch.stack([first, end], dim=-1).to(torch.int32)
+    return spans if torch.equal(padded_causal, allowed) else None
 
 
 def launch_arg(tensor, placeholder):
@@ -93,8 +100,9 @@ def tile_ranges(mask, tiles: dict) -> dict[str, torch.Tensor]:
     """What each kernel's program loops over under a mask: for the forward and dQ kernels (one
     program per query tile) the keys, for the dK/dV kernel (one per key tile) the query rows, each
     the span of the tiles that hold an allowed (row, key) of the program's tile. Causal masks
-    with left padding, the training case, skip the tiles above the diagonal and the padding; a
-    skipped tile holds no allowed pair, so its probabilities are all 0 and nothing changes."""
+    skip the tiles above the diagonal, with left padding (generation's prompts) the padding's
+    rows and keys too, with right padding (training's batches) the padding's keys; a skipped
+    tile holds no allowed pair, so its probabilities are all 0 and nothing changes."""
     allowed = mask[:, 0]
     n_q, n_k = allowed.shape[1:]
     row_first, row_last = _allowed_bounds(allowed, -1)

@@ -142,9 +142,9 @@ def allowed_keys(rows, keys, mask_rows, n_q, n_k, offset, CAUSAL: tl.constexpr,
     """Where query rows may attend to keys (both branches: one mask), in the orientation of the
     2-D index tensors ``rows`` and ``keys``: ``offs_m[:, None]`` and ``offs_n[None, :]`` give a
     [BLOCK_M, BLOCK_N] tile, ``offs_m[None, :]`` and ``offs_n[:, None]`` its transpose. HAS_MASK 1:
-    the mask's bytes (``mask_rows``: pointers to its rows, shaped as ``rows``); 2: left padding
-    under causal, given by the batch row's first real key (``mask_rows``: that one number, once
-    per row; ``tile_ranges.padding_starts``), no mask bytes loaded."""
+    the mask's bytes (``mask_rows``: pointers to its rows, shaped as ``rows``); 2: padding under
+    causal, given by the batch row's first real key and one past its last (``mask_rows``: those
+    two numbers, once per row; ``tile_ranges.padding_spans``), no mask bytes loaded."""
     key_exists = keys < n_k
     allowed = key_exists
     if CAUSAL or HAS_MASK == 2:
@@ -154,7 +154,8 @@ def allowed_keys(rows, keys, mask_rows, n_q, n_k, offset, CAUSAL: tl.constexpr,
         allowed = allowed & (tl.load(mask_rows + keys, mask=in_bounds, other=0) != 0)
     if HAS_MASK == 2:
         first_key = tl.load(mask_rows)  # shaped as rows, the same number in every row
-        allowed = allowed & (rows < n_q) & (keys >= first_key)
+        end_key = tl.load(mask_rows + 1)
+        allowed = allowed & (rows < n_q) & (keys >= first_key) & (keys < end_key)
     return allowed
 
 

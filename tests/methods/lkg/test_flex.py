@@ -86,10 +86,9 @@ def _formula_fn(heads, mask, segments=SEGMENTS):
 
     def run(q, k, v, log_alpha):
         q, k, v, log_alpha = (t.double() for t in (q, k, v, log_alpha))
-        bias = fusion_bias(segments, segments, log_alpha, call_mask(mask, N, N, "cpu"))
-        if mask is not None:
-            bias = bias.clone()
-            bias[1, :, :PADDING_ROWS] = 0
+        allowed = call_mask(mask, N, N, "cpu")
+        bias = fusion_bias(segments, segments, log_alpha, allowed)
+        bias = bias.masked_fill(~allowed.any(-1, keepdim=True), 0)  # rows without a key
         fused = _materialised(q, k, v, bias)
         plain = sdpa(q, k, v, mask, SCALE)
         is_fused = torch.zeros(q.shape[1], dtype=torch.bool)
@@ -328,21 +327,24 @@ def test_the_layer_runs_flex_where_kernels_choose_fused_and_matches_the_referenc
     torch.testing.assert_close(_rows(fused, True), _rows(reference, True), atol=1e-5, rtol=1e-5)
 
 
+def trained(monkeypatch, path, base_tok, tok, batch):
+    """A tiny LKG model, every head fused, dispatched to ``path``, after one backward of
+    ``batch``: (the model, its loss, its gradients by parameter name)."""
+    monkeypatch.setattr(kernels, "choose", lambda method, device: path)
+    model = attached_lkg(base_tok, tok, fusion_heads="all").train()
+    loss = model(**batch).loss
+    loss.backward()
+    return model, loss, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
 @pytest.mark.usefixtures("rows_apart")
 def test_a_model_on_the_fused_path_trains_as_on_the_reference(monkeypatch, base_tok, tok, sampler):
     """A tiny LKG model, every head fused, on a padded batch: the loss and every gradient
     (boundary embeddings and estimator through log α included) are the reference path's.
     (Decoding through flex: the kernel above, the model below.)"""
     batch = batch_of(tok, [single_doc(sampler, 0.75), multihop(sampler, 0.6)])
-    results = []
-    for path in (kernels.REFERENCE, kernels.FUSED):
-        monkeypatch.setattr(kernels, "choose", lambda method, device, path=path: path)
-        model = attached_lkg(base_tok, tok, fusion_heads="all").train()
-        loss = model(**batch).loss
-        loss.backward()
-        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-        results.append((loss, grads))
-    (loss, grads), (fused_loss, fused_grads) = results
+    _, loss, grads = trained(monkeypatch, kernels.REFERENCE, base_tok, tok, batch)
+    _, fused_loss, fused_grads = trained(monkeypatch, kernels.FUSED, base_tok, tok, batch)
     torch.testing.assert_close(fused_loss, loss, atol=1e-6, rtol=1e-6)
     assert fused_grads.keys() == grads.keys() and any("estimator" in n for n in grads)
     for name, grad in grads.items():

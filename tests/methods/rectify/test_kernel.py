@@ -111,6 +111,15 @@ def left_padding_mask(lengths, n):
     ]
 
 
+def right_padding_mask(lengths, n):
+    """Boolean [B, 1, n, n] causal mask with right padding (training's batches, ``pad_batch``), as
+    transformers builds it: the padded rows see every real key."""
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    return torch.stack([causal & (torch.arange(n) < length)[None, :] for length in lengths])[
+        :, None
+    ]
+
+
 def _inputs(b, h, hkv, n_q, n_k, d=8, dtype=torch.float64, seed=0):
     """q, u [B, H, L, D] and k, v [B, H_kv, S, D], laid out as the model produces them
     ([B, L, H, D] transposed: non-contiguous), leaves requiring grad."""

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoConfig
 
 from tests.attention.test_tile_ranges import scattered_mask
-from tests.methods.rectify.test_kernel import _inputs, left_padding_mask
+from tests.methods.rectify.test_kernel import _inputs, left_padding_mask, right_padding_mask
 from tests.methods.rectify.test_model import (
     IDS,
     MASK,
@@ -33,10 +33,10 @@ from zoomattn.methods.rectify import triton_kernel  # noqa: E402
 from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention  # noqa: E402
 
 
-@pytest.fixture(autouse=True, params=[False, True], ids=["mask_bytes", "padding_starts"])
-def padding_starts(request, monkeypatch):
-    """Every test both ways: a left-padding causal mask as bytes, or as each row's first key."""
-    monkeypatch.setattr(triton_kernel, "PADDING_STARTS", request.param)
+@pytest.fixture(autouse=True, params=[False, True], ids=["mask_bytes", "padding_spans"])
+def padding_spans(request, monkeypatch):
+    """Every test both ways: a padding causal mask as bytes, or as each row's span of keys."""
+    monkeypatch.setattr(triton_kernel, "PADDING_SPANS", request.param)
     return request.param
 
 
@@ -48,9 +48,11 @@ def kv_keys_as_rows(request, monkeypatch):
 
 
 N = 24  # 16 + 8: two query tiles and two key tiles, the second ragged
-# name: (B, H, H_kv, L, S, left-padding lengths or None); GQA throughout (2 query heads per KV head)
+# name: (B, H, H_kv, L, S, padding lengths or None: left padding, right where the name says so);
+# GQA throughout (2 query heads per KV head)
 SCENARIOS = {
     "padded": (2, 2, 1, N, N, [N, 13]),  # 11 fully masked (padding) rows in the second sequence
+    "right_padded": (2, 2, 1, N, N, [N, 13]),  # training's batches: 11 padded rows see 13 keys
     "causal_prefill": (1, 2, 1, N, N, None),
     "decoding_step": (1, 2, 1, 1, N, None),
 }
@@ -58,7 +60,8 @@ SCENARIOS = {
 
 def _scenario(name, dtype):
     b, h, hkv, n_q, n_k, lengths = SCENARIOS[name]
-    mask = None if lengths is None else left_padding_mask(lengths, n_q)
+    padding_mask = right_padding_mask if name.startswith("right") else left_padding_mask
+    mask = None if lengths is None else padding_mask(lengths, n_q)
     return _inputs(b, h, hkv, n_q, n_k, d=16, dtype=dtype), mask
 
 
@@ -285,12 +288,13 @@ def test_generation_prefills_a_padded_batch_through_the_fused_kernel_and_decodes
     torch.testing.assert_close(fused_logits, logits, atol=1e-5, rtol=1e-5)
 
 
-def test_a_left_padding_mask_reaches_the_kernels_as_first_keys_once_per_mask(monkeypatch):
-    """With PADDING_STARTS, forward and backward get mode 2 (a mask of one row broadcast over the
+@pytest.mark.parametrize("scenario", ["padded", "right_padded"])
+def test_a_padding_mask_reaches_the_kernels_as_key_spans_once_per_mask(monkeypatch, scenario):
+    """With PADDING_SPANS, forward and backward get mode 2 (a mask of one row broadcast over the
     batch included), and the mask is examined once while the same tensor comes back unedited."""
-    monkeypatch.setattr(triton_kernel, "PADDING_STARTS", True)
+    monkeypatch.setattr(triton_kernel, "PADDING_SPANS", True)
     kinds, examined = [], []
-    common, starts = triton_kernel._common, triton_kernel.padding_starts
+    common, spans = triton_kernel._common, triton_kernel.padding_spans
 
     def spy_common(q, k, mask, spec):
         out = common(q, k, mask, spec)
@@ -298,8 +302,8 @@ def test_a_left_padding_mask_reaches_the_kernels_as_first_keys_once_per_mask(mon
         return out
 
     monkeypatch.setattr(triton_kernel, "_common", spy_common)
-    monkeypatch.setattr(triton_kernel, "padding_starts", lambda m: examined.append(1) or starts(m))
-    inputs, mask = _scenario("padded", torch.float32)
+    monkeypatch.setattr(triton_kernel, "padding_spans", lambda m: examined.append(1) or spans(m))
+    inputs, mask = _scenario(scenario, torch.float32)
     g = Rectifier("max", 3.0)
     for one_row_mask in (mask, mask[1:]):  # the batch's mask, then row 1's broadcast over both
         for _ in range(2):  # two layers of one forward
@@ -309,7 +313,7 @@ def test_a_left_padding_mask_reaches_the_kernels_as_first_keys_once_per_mask(mon
             torch.testing.assert_close(out.where(ok, 0.0), reference.where(ok, 0.0))
             out.sum().backward()
     assert kinds == [2] * 8 and len(examined) == 2
-    mask[0, 0, -1, 0] = False  # edited in place: examined again, and no longer left padding
+    mask[0, 0, -1, 0] = False  # edited in place: examined again, and no longer padding
     fused_rectified_attention(*inputs, g, mask).sum().backward()
     assert len(examined) == 3 and kinds[-2:] == [1, 1]
 

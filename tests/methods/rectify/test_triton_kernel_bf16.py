@@ -12,7 +12,7 @@ from tests.methods.rectify.test_triton_kernel import (  # noqa: F401 (autouse fi
     _scenario,
     _values_and_grads,
     kv_keys_as_rows,
-    padding_starts,
+    padding_spans,
 )
 from tests.triton_interpreter import interpreter_or_skip
 from zoomattn.attention.math import sdpa

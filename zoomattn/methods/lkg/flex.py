@@ -9,8 +9,9 @@ per-token tensors:
   per-column log α ``[B, S]`` is a captured tensor that requires grad: the estimator's α trains
   through the kernel's backward);
 - ``mask_mod`` allows what the call's mask allows (its boolean ``[B, 1, L, S]``, or causal with the
-  queries aligned to the last keys when there is none, as ``kernel.call_mask``) except a passage
-  row meeting another passage's column.
+  queries aligned to the last keys when there is none, as ``kernel.call_mask``; with
+  ``PADDING_SPANS`` a causal mask with padding as each batch row's span of real keys) except a
+  passage row meeting another passage's column.
 
 The block mask (which 128×128 tiles hold any allowed pair, and which hold only allowed pairs) is
 built here by evaluating ``mask_mod`` on ``ROWS_PER_CHUNK`` (1024) query rows at a time, so its
@@ -51,6 +52,7 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from zoomattn.attention.reuse import SameTensors
+from zoomattn.attention.tile_ranges import padding_spans
 from zoomattn.methods.lkg.kernel import QUESTION, spliced_by_heads
 
 BLOCK = 128  # FlexAttention's default tile
@@ -74,6 +76,13 @@ FEW_HEADS_TILES = {
     "bwd_BLOCK_M1": 32, "bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_BLOCK_N2": 32,
     "bwd_num_warps": 4, "bwd_num_stages": 3,
 }  # fmt: skip
+# Padding under causal (right: training's batches; left: generation's prompts) read in
+# ``mask_mod`` as each batch row's span of real keys (``tile_ranges.padding_spans``: a host sync
+# per mask, once per forward) instead of one byte of the ``[B, 1, L, S]`` mask per score of every
+# partial tile, and nearly every tile LKG-RALM computes is partial (passages of ~100 tokens
+# against 128-token tiles). Any other mask is read as before. Off until a GPU times it (step
+# lkg_spans of benchmarks/gpu_checks.sh).
+PADDING_SPANS = False
 # Compile flex with inductor's max-autotune: the first call of each shape times torch's candidate
 # tiles and keeps the fastest (minutes of compiling per shape). Off: a benchmark's question.
 AUTOTUNE = False
@@ -99,16 +108,23 @@ def fusion_score_mod(query_segments: torch.Tensor, key_segments: torch.Tensor, l
     return score_mod
 
 
-def fusion_mask_mod(query_segments: torch.Tensor, key_segments: torch.Tensor, mask):
+def fusion_mask_mod(query_segments: torch.Tensor, key_segments: torch.Tensor, mask, spans=None):
     """True where a fused head may attend: the call's mask and not across two passages. Reads
     only captured tensors (no Python numbers that change per call, which a compiled kernel
-    would be specialised on)."""
+    would be specialised on). ``spans`` ``[B, 2]``: the mask is padding under causal with these
+    spans of real keys (``padding_spans``), read as such instead of the mask."""
     q_len, k_len = query_segments.shape[-1], key_segments.shape[-1]
+    last_key = torch.arange(q_len, device=query_segments.device) + (k_len - q_len)
     if mask is None:  # causal, queries aligned to the last keys (kernel.call_mask)
-        last_key = torch.arange(q_len, device=query_segments.device) + (k_len - q_len)
 
         def allowed(b, q_idx, kv_idx):
             return kv_idx <= last_key[q_idx]
+    elif spans is not None:
+        first_key, end_key = spans.unbind(-1)
+
+        def allowed(b, q_idx, kv_idx):
+            real = (kv_idx >= first_key[b]) & (kv_idx < end_key[b])
+            return real & (kv_idx <= last_key[q_idx])
     elif mask.shape[0] == 1:
 
         def allowed(b, q_idx, kv_idx):
@@ -126,10 +142,10 @@ def fusion_mask_mod(query_segments: torch.Tensor, key_segments: torch.Tensor, ma
     return mask_mod
 
 
-def fusion_block_mask(query_segments, key_segments, mask) -> BlockMask:
+def fusion_block_mask(query_segments, key_segments, mask, spans=None) -> BlockMask:
     """The ``BlockMask`` of ``fusion_mask_mod`` (one per batch row, shared by the heads), built
     ``ROWS_PER_CHUNK`` query rows at a time by evaluating ``mask_mod`` on broadcast indices."""
-    mask_mod = fusion_mask_mod(query_segments, key_segments, mask)
+    mask_mod = fusion_mask_mod(query_segments, key_segments, mask, spans)
     (batch, q_len), k_len = query_segments.shape, key_segments.shape[-1]
     device = query_segments.device
     q_tiles, k_tiles = -(-q_len // BLOCK), -(-k_len // BLOCK)
@@ -178,6 +194,15 @@ def _check_slots(query_segments, key_segments, mask, n_slots: int) -> None:
         return True
 
     _layouts.get(f"slots {n_slots}", (query_segments, key_segments, mask), check)
+
+
+def _spans(query_segments, key_segments, mask) -> torch.Tensor | None:
+    """Each batch row's span of real keys ``[B, 2]`` where ``PADDING_SPANS`` is on and ``mask`` is
+    padding under causal; else None (``mask_mod`` reads the mask)."""
+    if not PADDING_SPANS or mask is None:
+        return None
+    spans = padding_spans(mask)
+    return None if spans is None else spans.expand(query_segments.shape[0], 2).contiguous()
 
 
 def guided_rows(query_segments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
@@ -268,7 +293,11 @@ def flex_fused_heads(q, k, v, mask, scaling, query_segments, key_segments, log_a
             rows_out = guided_rows_attention(q, k, v, mask, scaling, rows, key_segments, log_alpha)
             if every_row:  # nothing left for flex
                 return rows_out
-    block_mask = _layouts.get("block_mask", segments, lambda: fusion_block_mask(*segments))
+    block_mask = _layouts.get(
+        f"block_mask spans={PADDING_SPANS}",
+        segments,
+        lambda: fusion_block_mask(*segments, _spans(*segments)),
+    )
     score_mod = None if apart else fusion_score_mod(query_segments, key_segments, log_alpha)
     with dynamo_enabled(), torch._dynamo.config.patch(recompile_limit=GRAPHS):
         out = attend(

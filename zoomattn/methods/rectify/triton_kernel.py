@@ -9,8 +9,9 @@ q·kᵀ and u·kᵀ, x = s·u·kᵀ, z = s·q·kᵀ + g(x), −inf where disallo
 gives the same probabilities, and a row the mask leaves no key gives 0 in both), running row max
 m and sum l, acc = Σ exp(z − m)·v. It keeps O and, per row, m and l: O(N) memory. Each program
 visits only the tiles that can hold an allowed score: causal without a mask, those up to the
-diagonal; with a mask, the span ``tile_ranges`` finds in it (causal masks with left padding, the
-training batches, skip the upper triangle and the padding as plain causal prefill does).
+diagonal; with a mask, the span ``tile_ranges`` finds in it (causal masks with padding skip the
+upper triangle as plain causal prefill does, and the padding's keys; left padding, generation's,
+its rows too).
 
 Backward. With P = softmax(z) row-wise, O = P·V and dO given:
 
@@ -28,7 +29,7 @@ comes in registers from the same two exponentials as g (``triton_tiles``).
 Shapes and conventions as ``kernel.py``: q, u ``[B, H, L, D]``, k, v ``[B, H_kv, S, D]`` (query
 head h reads KV head h // (H / H_kv)); mask None (causal prefill when L = S, with the causal
 offset S − L otherwise; one decoding step L = 1 sees every key) or boolean ``[B, 1, L, S]`` (with
-``PADDING_STARTS`` left padding under causal reaches the kernels as each row's first real key).
+``PADDING_SPANS`` padding under causal reaches the kernels as each row's span of real keys).
 fp16/bf16/fp32 inputs; scores, g, softmax and every accumulation in fp32 (fp32 dot products in
 IEEE precision, not TF32). P and dZ enter their dot products with V, dO, Q, U, K in the input
 dtype. P is rounded to it once, as FlashAttention (and so plain SDPA) rounds it, in P·V and
@@ -58,7 +59,7 @@ from zoomattn.attention.tile_ranges import (
     check_mask,
     launch_arg,
     mask_arg,
-    padding_starts,
+    padding_spans,
     tile_ranges,
     tiles_for,
 )
@@ -74,10 +75,11 @@ from zoomattn.methods.rectify.triton_backward import _backward_kv, _backward_q
 from zoomattn.methods.rectify.triton_tiles import G_KINDS, tile_scores
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-# A left-padding causal mask (the training batches') passed as each batch row's first real key
-# (tile_ranges.padding_starts), not as bytes the kernels load per tile; off until a GPU times it.
-PADDING_STARTS = False
-# what the kernels derive from a mask (its first keys, the tile ranges), for every layer of one
+# A causal mask with padding (right: training's batches; left: generation's prompts) passed as
+# each batch row's span of real keys (tile_ranges.padding_spans), not as bytes the kernels load
+# per tile; off until a GPU times it.
+PADDING_SPANS = False
+# what the kernels derive from a mask (its key spans, the tile ranges), for every layer of one
 # forward: the model passes each layer the same mask tensor
 _from_mask = SameTensors()
 # dK/dV's tiles computed as [keys, queries], k·qᵀ, as Triton's fused-attention tutorial and
@@ -202,8 +204,8 @@ def _common(q, k, mask, spec: dict) -> tuple[list, list, dict]:
     n_kv, n_k = k.shape[1], k.shape[2]
     if mask is None:
         mask_strides, mask_kind = (0, 0), 0
-    elif mask.dim() == 1:  # padding_starts: one number per batch row
-        mask_strides, mask_kind = (1, 0), 2
+    elif mask.dim() == 2:  # padding_spans: two numbers per batch row
+        mask_strides, mask_kind = (mask.stride(0), 0), 2
     else:
         mask_strides, mask_kind = (mask.stride(0), mask.stride(2)), 1
     args = [*q.stride(), *k.stride(), *mask_strides]
@@ -233,8 +235,8 @@ class _FusedRectified(torch.autograd.Function):
         o_lo = torch.empty_like(q) if residual else o
         m = torch.empty(b, n_heads, n_q, device=q.device, dtype=torch.float32)
         l_sum = torch.empty_like(m)
-        starts = spec.get("padding_starts")
-        mask_bytes = mask_arg(mask) if starts is None else starts
+        spans = spec.get("padding_spans")
+        mask_bytes = mask_arg(mask) if spans is None else spans
         ranges = spec.get("ranges", {})  # the tiles a mask leaves work in (tile_ranges)
         strides, sizes, constexprs = _common(q, k, mask_bytes, spec)
         tile = spec["tiles"]["forward"]
@@ -312,9 +314,9 @@ def fused_rectified_attention(
         return _FusedRectified.apply(q, u, k, v, checked, spec)
     ranges_of = f"ranges, batch {q.shape[0]}, tiles {sorted(tiles.items())}"
     spec["ranges"] = _from_mask.get(ranges_of, (mask,), lambda: tile_ranges(checked, tiles))
-    starts = None
-    if PADDING_STARTS:  # one comparison (a host sync) per mask
-        starts = _from_mask.get("starts", (mask,), lambda: padding_starts(mask))
-    if starts is not None:  # a mask of one batch row broadcast over the batch
-        spec["padding_starts"] = starts.expand(q.shape[0]).contiguous()
+    spans = None
+    if PADDING_SPANS:  # one comparison (a host sync) per mask
+        spans = _from_mask.get("spans", (mask,), lambda: padding_spans(mask))
+    if spans is not None:  # a mask of one batch row broadcast over the batch
+        spec["padding_spans"] = spans.expand(q.shape[0], 2).contiguous()
     return _FusedRectified.apply(q, u, k, v, checked, spec)
