@@ -60,8 +60,9 @@ step lane_lkg_rows_apart 150 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py \
   -k "rows_apart and not padding_spans"
 step attention 170 $py benchmarks/gpu_paper.py --attention-only --repeats 3 \
   --lengths 2048 4096 8192 32768 --out "$out"
-# the rectification kernel under a left-padding mask at 8192 against causal SDPA (the training
-# batches' case), then where its step's time goes: each CUDA kernel's time, beside SDPA's
+# the rectification kernel under a left-padding mask at 8192 against causal SDPA (generation's
+# prompts; training's right padding in rectify_spans_ab), then where its step's time goes: each
+# CUDA kernel's time, beside SDPA's
 step rectify_padded 60 $py benchmarks/rectified_triton.py --lengths 8192 --padded 0.25 --repeats 3
 # where the padded step's memory goes (2.33× SDPA's at 4096 against 1.07× causal, unexplained):
 # each variant's step under the allocator's history, the blocks live at its peak, the snapshots
@@ -92,7 +93,7 @@ step special_ab 200 bash -c "$ab --lengths 4096 8192 --repeats 3 \
 # this shows it faster), each in its own process on the same card, with training's right padding
 # (the padded rows see every real key) and generation's left padding (their tiles skipped)
 sp="--lengths 4096 8192 --padded 0.25 --repeats 3"
-step rectify_spans_ab 150 bash -c "$ab $sp --padding-side right \
+step rectify_spans_ab 200 bash -c "$ab $sp --padding-side right \
   && $ab --padding-spans $sp --padding-side right && $ab $sp && $ab --padding-spans $sp"
 # the backward's dZ in two parts (today) against rounded once (SPLIT_SCORE_GRADIENTS off: half
 # those products, loops 9-15 % shorter at sm_90), padded and causal, each in its own process

@@ -10,8 +10,9 @@ heads over 8 KV heads, head dim 128, gains (c, d) = (0.5, 5.0), loss
 of ``fused.stacked_two_branch``) and ``triton`` (the kernel; ``--tiles`` overrides its table). Time:
 CUDA events, median of ``--repeats`` steps after one warm-up, variants interleaved
 (``tile_sweep.timed_variants``); memory: peak allocated during one step above what was allocated
-before it. ``--padded F`` left-pads the first F of the tokens through a boolean mask for ``stacked``
-and ``triton``, against causal SDPA without one, as ``rectified_triton.py`` does.
+before it. ``--padded F`` pads F of the tokens through a boolean mask for ``stacked`` and
+``triton`` (``--padding-side``: left, the default, or right), against causal SDPA without one, as
+``rectified_triton.py`` does.
 
 ``--sweep``: each kernel's tiles over ``tile_sweep.SWEEP`` with the others at the table's, at
 ``--lengths[0]``, then the best of each together against the table, the stacked call and SDPA in

@@ -1,6 +1,6 @@
 """What the fused kernels' GPU benchmarks (``rectified_triton.py``, ``opamp_triton.py``, partly
 ``opamp_stacked.py``) share: their common arguments and ``--smoke`` set-up, timing a step and its
-peak memory, the bytes autograd keeps, a left-padding mask, and the tile sweep, which tries each
+peak memory, the bytes autograd keeps, a padding mask, and the tile sweep, which tries each
 kernel's candidate tiles with the others at the table's.
 
 A tile is (BLOCK_M, BLOCK_N, warps, stages). BLOCK_M is the query tile (the dK/dV kernel's step

@@ -56,7 +56,10 @@ variants += [r for m in ("rectify", "opamp")
 step = triton_static.rectify_launches(256, True, tiles, queries=1)[0]
 keys_as_rows = triton_static.static_rows("rectify", 256, True, tiles, ["_backward_kv"],
                                          keys_as_rows=True, kv=(16, 64, 4, 2))
+switches = [r for switch in ({"spans": True}, {"rounded_once": True})
+            for r in triton_static.static_rows("rectify", 256, True, tiles, **switch)]
 print(json.dumps({"rows": rows, "keys_as_rows": keys_as_rows, "arch": compiled.metadata.target.arch,
+                  "switches": switches,
                   "upcast": forward.kwargs["UPCAST"], "signature": compiled.src.signature,
                   "variants": variants,
                   "step": triton_static.specialised(step)[0].signature}))
@@ -116,6 +119,20 @@ def test_every_g_and_a_decoding_step_compile_for_sm90_each_a_kernel_of_its_own(c
     assert compiled["step"]["n_q"] == "constexpr"
     # both methods' decoding forward on the table's decode tile, not its 64-row forward tile
     assert [r["tile"] for r in variants[-2:]] == [[16, 64, 4, 2], [16, 64, 4, 2]]
+
+
+def test_every_kernel_compiles_for_sm90_with_each_switch_that_changes_its_code(compiled):
+    """PADDING_SPANS (the mask as key spans: HAS_MASK 2) and SPLIT_SCORE_GRADIENTS off: Triton's
+    interpreter runs code its compiler refuses (a return inside a constexpr branch ran there),
+    so the suite's interpreter tests alone do not show that a switch's kernels compile."""
+    rows = compiled["switches"]
+    assert [(r["kernel"], r["variant"]) for r in rows] == [
+        (k, v)
+        for v in ("spans=True", "rounded_once=True")
+        for k in ("_forward", "_backward_kv", "_backward_q")
+    ]
+    for row in rows:
+        _assert_compiled(row)
 
 
 def test_dk_dv_as_key_rows_compiles_to_hoppers_warpgroup_mmas_only(compiled):

@@ -156,7 +156,10 @@ def test_compiled_flex_fusion_with_padding_spans_matches_the_formula(monkeypatch
     the padding (right: training's; left: generation's) read in ``mask_mod`` as each row's span
     of real keys, every head fused."""
     monkeypatch.setattr(flex, "PADDING_SPANS", True)
+    spans, real_spans = [], flex._spans
+    monkeypatch.setattr(flex, "_spans", lambda *a: spans.append(real_spans(*a)) or spans[-1])
     _check(torch.bfloat16, heads=list(range(8)), padded=True, side=side)
+    assert spans and all(s is not None for s in spans)  # read as spans, not as the mask
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA memory statistics")

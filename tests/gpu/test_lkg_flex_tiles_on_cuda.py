@@ -22,7 +22,7 @@ TILES_IN_CODE = ("BLOCK_M : tl.constexpr = 64", "BLOCK_M1 : tl.constexpr = 32")
 
 
 def test_compiled_flex_fusion_at_the_few_heads_tiles_matches_the_formula(monkeypatch):
-    """With left padding, the training batches' case (the tiles do not depend on the mask): one
+    """With left padding, generation's (the tiles do not depend on the mask's side): one
     compile per way of the path, each a minute or less on the GPU machine."""
     monkeypatch.setattr(flex, "KERNEL_OPTIONS", flex.FEW_HEADS_TILES)
     if DEVICE != "cuda":  # eager flex: no generated code

@@ -1,7 +1,7 @@
 """Values derived from tensors, kept while the same tensors come back unedited.
 
 A model's layers all receive the same mask and segment tensors in one forward; what a fused
-path derives from them (FlexAttention's block mask, the guided rows, a padding mask's first keys,
+path derives from them (FlexAttention's block mask, the guided rows, a padding mask's key spans,
 the tiles a mask leaves work in) costs reductions and host syncs, so it is built by the first
 layer and reused by the others and by gradient checkpointing's recomputation. The tensors are
 held by weak references (the cache never keeps them alive), and each one's version counter is

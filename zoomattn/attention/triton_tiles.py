@@ -144,18 +144,22 @@ def allowed_keys(rows, keys, mask_rows, n_q, n_k, offset, CAUSAL: tl.constexpr,
     [BLOCK_M, BLOCK_N] tile, ``offs_m[None, :]`` and ``offs_n[:, None]`` its transpose. HAS_MASK 1:
     the mask's bytes (``mask_rows``: pointers to its rows, shaped as ``rows``); 2: padding under
     causal, given by the batch row's first real key and one past its last (``mask_rows``: those
-    two numbers, once per row; ``tile_ranges.padding_spans``), no mask bytes loaded."""
-    key_exists = keys < n_k
-    allowed = key_exists
-    if CAUSAL or HAS_MASK == 2:
-        allowed = allowed & (keys <= rows + offset)
-    if HAS_MASK == 1:
-        in_bounds = (rows < n_q) & key_exists
-        allowed = allowed & (tl.load(mask_rows + keys, mask=in_bounds, other=0) != 0)
-    if HAS_MASK == 2:
+    two numbers, once per row; ``tile_ranges.padding_spans``), no mask bytes loaded: each row's
+    bounds are found per row (end ≤ S, causal and a row past the queries in the last), so each
+    score takes two comparisons."""
+    if HAS_MASK == 2:  # (Triton compiles no return inside a branch; the interpreter would)
         first_key = tl.load(mask_rows)  # shaped as rows, the same number in every row
-        end_key = tl.load(mask_rows + 1)
-        allowed = allowed & (rows < n_q) & (keys >= first_key) & (keys < end_key)
+        last_key = tl.minimum(rows + offset, tl.load(mask_rows + 1) - 1)
+        last_key = tl.where(rows < n_q, last_key, -1)
+        allowed = (keys >= first_key) & (keys <= last_key)
+    else:
+        key_exists = keys < n_k
+        allowed = key_exists
+        if CAUSAL:
+            allowed = allowed & (keys <= rows + offset)
+        if HAS_MASK == 1:
+            in_bounds = (rows < n_q) & key_exists
+            allowed = allowed & (tl.load(mask_rows + keys, mask=in_bounds, other=0) != 0)
     return allowed
 
 

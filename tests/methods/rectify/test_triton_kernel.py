@@ -226,12 +226,21 @@ def test_fused_row_whose_first_tile_allows_nothing_keeps_its_true_maximum():
     torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("padding", ["left", "right"])
 def test_a_trained_model_gives_the_reference_logits_and_gradients_through_the_fused_kernel(
-    base_dir, on_cuda_under_fused
+    base_dir, on_cuda_under_fused, padding, monkeypatch
 ):
-    """The kernel inside the model as a fine-tune runs it: a left-padded batch, the mask and the
-    post-RoPE q, u, k, v strides as transformers hands them over, GQA; every trainable
-    parameter's gradient, not only the attention's inputs."""
+    """The kernel inside the model as a fine-tune runs it: a padded batch (right: training's
+    ``pad_batch``; left: generation's prompts), the mask and the post-RoPE q, u, k, v strides as
+    transformers hands them over, GQA; every trainable parameter's gradient, not only the
+    attention's inputs."""
+    ids, mask = IDS, MASK
+    if padding == "right":  # row 1's three pads moved to its end
+        ids, mask = (torch.stack([t[0], t[1].roll(-3)]) for t in (IDS, MASK))
+    spans, real_spans = [], triton_kernel.padding_spans
+    monkeypatch.setattr(
+        triton_kernel, "padding_spans", lambda m: spans.append(real_spans(m)) or spans[-1]
+    )
 
     def logits_and_grads():
         torch.manual_seed(0)
@@ -239,9 +248,9 @@ def test_a_trained_model_gives_the_reference_logits_and_gradients_through_the_fu
         _copy_lora_into_rectified(_trained_lora(base_dir), model)
         for name, p in model.named_parameters():  # ΔW trains, as build_trainable sets it
             p.requires_grad_(".zoom." in name or "lora_" in name)
-        logits = model(input_ids=IDS, attention_mask=MASK).logits
+        logits = model(input_ids=ids, attention_mask=mask).logits
         weight = torch.randn(logits.shape, generator=torch.Generator().manual_seed(2))
-        (logits * weight * MASK[..., None]).sum().backward()
+        (logits * weight * mask[..., None]).sum().backward()
         grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
         return logits.detach(), grads
 
@@ -250,8 +259,14 @@ def test_a_trained_model_gives_the_reference_logits_and_gradients_through_the_fu
     fused_logits, fused_grads = logits_and_grads()
     layers = AutoConfig.from_pretrained(base_dir).num_hidden_layers
     assert on_cuda_under_fused == [(IDS.shape[1], True)] * layers
+    if triton_kernel.PADDING_SPANS:  # transformers' mask read as spans, once per forward
+        first, end = (0, 5) if padding == "right" else (3, 8)
+        assert [s.tolist() for s in spans] == [[[0, 8], [first, end]]]
     torch.testing.assert_close(fused_logits[0], logits[0], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(fused_logits[1, 3:], logits[1, 3:], atol=1e-5, rtol=1e-5)
+    real = mask[1].bool()  # left padding's rows see no key: don't-care
+    torch.testing.assert_close(fused_logits[1, real], logits[1, real], atol=1e-5, rtol=1e-5)
+    if padding == "right":  # the padded rows see every real key, in both paths
+        torch.testing.assert_close(fused_logits[1], logits[1], atol=1e-5, rtol=1e-5)
     assert fused_grads.keys() == grads.keys() and any(".zoom.down." in n for n in grads)
     for name, grad in grads.items():
         torch.testing.assert_close(fused_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
