@@ -129,11 +129,14 @@ step lkg_tiles 240 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192
 # training's right padding read by flex's mask_mod as each row's span of real keys
 # (flex.PADDING_SPANS) instead of one mask byte per score of a partial tile: against the formula
 # (right and left padding), then timed under a mask of 25% right padding, SDPA under the same
-# mask as the baseline (the step above times causal without a mask, where flex reads none)
+# mask as the baseline (the step above times causal without a mask, where flex reads none); and
+# the guided rows apart there, since right padding after the answer is TAIL: every padded row is
+# a guided row that ROWS_APART materialises ([B, H, R, S] fp32 kept per layer)
 step lane_lkg_spans 150 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py -k padding_spans
-step lkg_spans 180 $py benchmarks/relevance_fusion.py --cuda --padded 0.25 --padding-side right \
+step lkg_spans 240 $py benchmarks/relevance_fusion.py --cuda --padded 0.25 --padding-side right \
   --lengths 4096 8192 --repeats 5 --variants sdpa flex_2of32 flex_2of32_padding_spans \
-  flex_2of32_alone flex_2of32_alone_padding_spans flex_all flex_all_padding_spans
+  flex_2of32_alone flex_2of32_alone_padding_spans flex_all flex_all_padding_spans \
+  flex_2of32_rows_apart flex_all_rows_apart
 # the rectification kernel's tiles: a sweep per kernel at 4096 tokens under that mask, where the
 # kernels hold more registers (benchmarks/rectified_triton.py --sweep; docs/kernels.md); each
 # candidate's line reaches the log as it is timed, so a sweep cut short still tells

@@ -36,8 +36,10 @@ and put in place; log α's gradient is then an ordinary autograd sum. Only where
 (grad enabled, log α requiring it): evaluation and generation keep the score_mod, which costs no
 atomics without a gradient. Backward keeps per layer one ``[B, H, R, S]`` fp32 tensor and fp32
 copies of the fused heads' K and V: small for a few fused heads and a short question and
-answer, more than the flex path's memory with every head fused and long answers. Off until a
-GPU run shows it faster than the score_mod path.
+answer, more than the flex path's memory with every head fused and long answers, or with
+training's right padding, whose rows after the answer are TAIL rows too (at 8192 tokens, 25 %
+padded, every head fused: ~2 GiB per layer). Off until a GPU run shows it faster than the
+score_mod path (steps lkg_heads, causal; lkg_spans, right-padded).
 """
 
 from __future__ import annotations
