@@ -58,8 +58,10 @@ keys_as_rows = triton_static.static_rows("rectify", 256, True, tiles, ["_backwar
                                          keys_as_rows=True, kv=(16, 64, 4, 2))
 switches = [r for switch in ({"spans": True}, {"rounded_once": True})
             for r in triton_static.static_rows("rectify", 256, True, tiles, **switch)]
+spans_modes = [launch.kwargs["HAS_MASK"]
+               for launch in triton_static.rectify_launches(256, True, tiles, spans=True)]
 print(json.dumps({"rows": rows, "keys_as_rows": keys_as_rows, "arch": compiled.metadata.target.arch,
-                  "switches": switches,
+                  "switches": switches, "spans_modes": spans_modes,
                   "upcast": forward.kwargs["UPCAST"], "signature": compiled.src.signature,
                   "variants": variants,
                   "step": triton_static.specialised(step)[0].signature}))
@@ -133,6 +135,7 @@ def test_every_kernel_compiles_for_sm90_with_each_switch_that_changes_its_code(c
     ]
     for row in rows:
         _assert_compiled(row)
+    assert compiled["spans_modes"] == [2, 2, 2]  # the spans' code, not the mask bytes'
 
 
 def test_dk_dv_as_key_rows_compiles_to_hoppers_warpgroup_mmas_only(compiled):
