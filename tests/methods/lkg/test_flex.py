@@ -273,8 +273,11 @@ def _tiles(count, columns, n_columns):
     return dense.scatter_(-1, torch.where(keep, columns.long(), n_columns), 1)[..., :-1]
 
 
+@pytest.mark.parametrize("spans", [False, True], ids=["mask", "padding_spans"])
 @pytest.mark.parametrize("decoding", [False, True])
-def test_block_mask_tiles_are_those_pytorch_builds_from_the_same_mask_mod(monkeypatch, decoding):
+def test_block_mask_tiles_are_those_pytorch_builds_from_the_same_mask_mod(
+    monkeypatch, decoding, spans
+):
     monkeypatch.setattr(flex, "ROWS_PER_CHUNK", flex.BLOCK)  # several chunks
     segments = torch.stack([_layout(), _layout(passage=30, start=40)])
     n = segments.shape[1]
@@ -282,8 +285,10 @@ def test_block_mask_tiles_are_those_pytorch_builds_from_the_same_mask_mod(monkey
     mask = torch.ones(n, n, dtype=torch.bool).tril()[None, None] & key_padding[:, None, None]
     query_segments = segments[:, -1:] if decoding else segments
     mask = mask[:, :, -1:] if decoding else mask
-    ours = flex.fusion_block_mask(query_segments, segments, mask)
-    mask_mod = flex.fusion_mask_mod(query_segments, segments, mask)
+    spans = flex.padding_spans(mask) if spans else None  # left padding read as key spans
+    assert spans is None or spans.tolist() == [[0, n], [40, n]]
+    ours = flex.fusion_block_mask(query_segments, segments, mask, spans)
+    mask_mod = flex.fusion_mask_mod(query_segments, segments, mask, spans)
     theirs = flex_api.create_block_mask(mask_mod, 2, 1, query_segments.shape[1], n, device="cpu")
     k_tiles = -(-n // flex.BLOCK)
     for attr in ("kv", "full_kv"):
