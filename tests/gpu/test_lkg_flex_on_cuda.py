@@ -11,6 +11,7 @@ import torch.nn.attention.flex_attention as flex_api
 
 from tests.gpu.lane import DEVICE
 from tests.methods.lkg.test_flex import _layout
+from tests.spies import record_returns
 from zoomattn.attention.math import repeat_kv, sdpa
 from zoomattn.methods.lkg import flex
 from zoomattn.methods.lkg.flex import flex_relevance_attention
@@ -156,8 +157,7 @@ def test_compiled_flex_fusion_with_padding_spans_matches_the_formula(monkeypatch
     the padding (right: training's; left: generation's) read in ``mask_mod`` as each row's span
     of real keys, every head fused."""
     monkeypatch.setattr(flex, "PADDING_SPANS", True)
-    spans, real_spans = [], flex._spans
-    monkeypatch.setattr(flex, "_spans", lambda *a: spans.append(real_spans(*a)) or spans[-1])
+    spans = record_returns(monkeypatch, flex, "_spans")
     _check(torch.bfloat16, heads=list(range(8)), padded=True, side=side)
     assert spans and all(s is not None for s in spans)  # read as spans, not as the mask
 

@@ -14,6 +14,7 @@ import torch
 from tests.gpu.lane import DEVICE
 from tests.methods.rectify.g_in_registers import XIS, assert_g_in_registers_matches_fp64
 from tests.methods.rectify.test_kernel import left_padding_mask, right_padding_mask
+from tests.spies import record_returns
 from zoomattn.attention import kernels
 from zoomattn.attention.math import sdpa
 from zoomattn.methods.rectify import kernel as rectify_kernel
@@ -92,10 +93,7 @@ def test_padding_as_each_rows_key_span_matches_the_formula_on_cuda(scenario, mon
     from zoomattn.methods.rectify import triton_kernel
 
     monkeypatch.setattr(triton_kernel, "PADDING_SPANS", True)
-    spans, real_spans = [], triton_kernel.padding_spans
-    monkeypatch.setattr(
-        triton_kernel, "padding_spans", lambda m: spans.append(real_spans(m)) or spans[-1]
-    )
+    spans = record_returns(monkeypatch, triton_kernel, "padding_spans")
     _check_against_formula("max", scenario, torch.bfloat16)
     assert spans and all(s is not None for s in spans)  # read as spans, not as the mask
 

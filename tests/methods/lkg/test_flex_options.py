@@ -24,6 +24,7 @@ from tests.methods.lkg.test_flex import (  # noqa: F401 (autouse fixture)
     rows_apart,
     trained,
 )
+from tests.spies import record_returns
 from zoomattn.attention import kernels
 from zoomattn.data.tasks import multihop, single_doc
 from zoomattn.methods.lkg import flex
@@ -140,8 +141,7 @@ def test_a_model_with_padding_spans_trains_and_generates_as_on_the_reference(
     generation's left padding (the prefill and every decoding step), are read as key spans, and
     the loss, every gradient and the greedy tokens are the reference path's."""
     monkeypatch.setattr(flex, "PADDING_SPANS", True)
-    read, real = [], flex._spans
-    monkeypatch.setattr(flex, "_spans", lambda *a: read.append(real(*a)) or read[-1])
+    read = record_returns(monkeypatch, flex, "_spans")
     tasks = [single_doc(sampler, 0.75), multihop(sampler, 0.6)]
     train, prompts = batch_of(tok, tasks), batch_of(tok, tasks, answers=False)
     opts = dict(max_new_tokens=2, do_sample=False, pad_token_id=tok.pad_token_id)

@@ -17,6 +17,7 @@ from tests.methods.rectify.test_model import (
     _rectified,
     _trained_lora,
 )
+from tests.spies import record_returns
 from tests.triton_interpreter import interpreter_or_skip
 from zoomattn.attention import kernels
 from zoomattn.attention.interface import attention_modules
@@ -237,10 +238,7 @@ def test_a_trained_model_gives_the_reference_logits_and_gradients_through_the_fu
     ids, mask = IDS, MASK
     if padding == "right":  # row 1's three pads moved to its end
         ids, mask = (torch.stack([t[0], t[1].roll(-3)]) for t in (IDS, MASK))
-    spans, real_spans = [], triton_kernel.padding_spans
-    monkeypatch.setattr(
-        triton_kernel, "padding_spans", lambda m: spans.append(real_spans(m)) or spans[-1]
-    )
+    spans = record_returns(monkeypatch, triton_kernel, "padding_spans")
 
     def logits_and_grads():
         torch.manual_seed(0)
