@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # The GPU checks of the distributed fine-tune and the fused attention kernels, in one run on one
-# CUDA machine that has the project's packages: the gpu lane's tests of those paths, then the
-# attention benchmark (every custom attention under attention_kernels reference and fused, ratios
-# to SDPA) and the overhead of torchrun at world size 1. Each step has its own time limit, the run
-# goes on past a failing step, and the whole run ends by BUDGET_S seconds (default 530).
+# CUDA machine: the gpu lane's tests of those paths, then the attention benchmark (every custom
+# attention under attention_kernels reference and fused, ratios to SDPA) and the overhead of
+# torchrun at world size 1. Each step has its own time limit, the run goes on past a failing step,
+# and the whole run ends by BUDGET_S seconds (default 530).
 #
 #   bash benchmarks/gpu_checks.sh [OUT]     # default OUT: results/gpu_checks
 #   STEPS="lane_rectify_triton rectify_tiles" bash benchmarks/gpu_checks.sh OUT   # only those
 #   SWEEP_S=100 ...   # seconds for the tile sweep's candidates (default 150)
+#
+# The device tool's bare image (CUDA PyTorch, Triton, its own transformers and peft) runs every
+# step but the five of NEEDS_INSTALL: those need the project's packages (bitsandbytes, datasets,
+# jsonschema, mlflow, snakemake: installing them there takes two calls of wheels), and are reported skipped
+# without them. So a session's first call can measure at once, with no install call
+# (tests/benchmarks/test_gpu_checks.py runs the other steps' scripts without those packages).
 #
 # OUT gets summary.txt (device, versions, one line per step: exit status and seconds), checks.log
 # (every step's output), gpu_paper.{json,md} and distributed_overhead.{json,md}.
@@ -19,10 +25,19 @@ py=${PYTHON:-python3}
 log=$out/checks.log
 deadline=$(($(date +%s) + ${BUDGET_S:-530}))
 
+# the steps that need the project's packages, absent from the device tool's bare image
+NEEDS_INSTALL="attention overhead lane_distributed lane_methods lane_small_dag"
+installed=$($py -c "import bitsandbytes, datasets, jsonschema, mlflow, snakemake" 2>/dev/null && echo yes)
+
 step() { # name, limit in seconds, command...
   local name=$1 limit=$2 left t0 rc
   shift 2
   [[ -n ${STEPS:-} && " $STEPS " != *" $name "* ]] && return
+  if [[ -z $installed && " $NEEDS_INSTALL " == *" $name "* ]]; then
+    echo "$name skipped: needs the project's packages (bitsandbytes, datasets, jsonschema, mlflow, snakemake)" |
+      tee -a "$out/summary.txt"
+    return
+  fi
   left=$((deadline - $(date +%s)))
   ((left < limit)) && limit=$left
   if ((limit < 15)); then
@@ -38,7 +53,14 @@ step() { # name, limit in seconds, command...
 
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  $py -c "import torch, triton, transformers, peft, bitsandbytes as b; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'bitsandbytes', b.__version__)"
+  $py -c "import importlib.metadata as m, torch
+names = 'torch triton transformers peft bitsandbytes datasets mlflow snakemake'.split()
+def version(name):
+    try:
+        return m.version(name)
+    except m.PackageNotFoundError:
+        return 'absent'
+print('cuda', torch.version.cuda, *(f'{n} {version(n)}' for n in names))"
 } >"$out/summary.txt" 2>&1
 cat "$out/summary.txt"
 

@@ -3,6 +3,7 @@ exists (a file renamed or a ``-k`` that matches nothing would cost a session's m
 nothing). The steps that select with ``-k`` run through the script's own commands with pytest's
 ``--collect-only``; the others name test files, which must exist."""
 
+import os
 import re
 import subprocess
 import sys
@@ -90,3 +91,89 @@ def test_every_lkg_step_times_variants_the_benchmark_has_sdpa_first():
     for name, variants in steps:
         names = variants.split()
         assert names[0] == "sdpa" and set(names) <= set(relevance_fusion_cuda.VARIANTS), name
+
+
+def _needs_install() -> set[str]:
+    return set(re.search(r'^NEEDS_INSTALL="([^"]*)"', SCRIPT.read_text(), re.M).group(1).split())
+
+
+def _bare_python(tmp_path) -> str:
+    """An interpreter for the script's PYTHON that runs as the device tool's bare image would."""
+    wrapper = tmp_path / "bare-python"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m tests.bare_image "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_on_the_bare_image_only_the_steps_needing_install_are_skipped_and_said_so(tmp_path):
+    """Without the project's packages the NEEDS_INSTALL steps are skipped with the reason,
+    the others run (a lane step collects its tests), and the summary names what is absent."""
+    needs = _needs_install()
+    assert needs == {"attention", "overhead", "lane_distributed", "lane_methods", "lane_small_dag"}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "PYTHON": _bare_python(tmp_path),
+        "STEPS": " ".join([*sorted(needs), "lane_rectify_triton"]),
+        "LANE_EXTRA": "--collect-only",
+        "ZOOMATTN_GPU_LANE_DEVICE": "cpu",
+    }
+    subprocess.run(["bash", str(SCRIPT), str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                   text=True, timeout=300)  # fmt: skip
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "bitsandbytes absent" in summary and "mlflow absent" in summary, summary
+    for step in needs:
+        assert re.search(rf"^{step} skipped: needs the project's packages", summary, re.M), summary
+    assert re.search(r"^lane_rectify_triton rc=0 ", summary, re.M), summary
+    assert re.search(r"^\d+ tests? collected", (tmp_path / "checks.log").read_text(), re.M)
+
+
+def test_every_other_lane_steps_tests_collect_on_the_bare_image():
+    files = {
+        f
+        for name, command in _lane_steps().items()
+        if name not in _needs_install()
+        for f in re.findall(r"tests/gpu/\S+\.py", command)
+    }
+    assert "tests/gpu/test_lkg_flex_tiles_on_cuda.py" in files
+    env = {"PATH": "/usr/bin:/bin", "ZOOMATTN_GPU_LANE_DEVICE": "cpu", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "tests.bare_image", "-m", "pytest", "--collect-only", "-q",
+           "-p", "no:cacheprovider", *sorted(files)]  # fmt: skip
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_every_other_steps_benchmark_imports_on_the_bare_image(tmp_path):
+    """The benchmarks the other steps run import without the project's packages (their smoke
+    runs do too: tests/benchmarks/test_kernel_benchmarks.py); the installing steps' do not."""
+    text = SCRIPT.read_text().replace("\\\n", " ")
+    needing = {
+        script
+        for name, command in re.findall(r"^step (\w+) \S+ (.*)$", text, re.M)
+        if name in _needs_install()
+        for script in re.findall(r"(?<!tests/)benchmarks/(\w+)\.py", command)
+    }
+    scripts = set(re.findall(r"(?<!tests/)benchmarks/(\w+)\.py", text)) - needing
+    assert needing == {"distributed_overhead", "gpu_paper"}
+    assert {"rectified_triton", "opamp_triton", "opamp_stacked", "relevance_fusion"} <= scripts
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # as the script sets it
+    bare = [sys.executable, "-m", "tests.bare_image"]
+    # the LKG-RALM steps' benchmark imports the method when it builds its steps
+    build = "import sys; sys.path.insert(0, 'benchmarks'); import relevance_fusion_cuda as r; "
+    build += "r.steps(n=64, heads=32, kv_heads=8, head_dim=16, passage=16, device='cpu')"
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*bare, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=300)  # fmt: skip
+
+    for script in sorted(scripts):
+        done = run(f"benchmarks/{script}.py", "--help")
+        assert done.returncode == 0, (script, done.stderr[-2000:])
+    done = run("-c", build)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for command in (
+        ["benchmarks/distributed_overhead.py", "--smoke", "--out", str(tmp_path)],
+        ["benchmarks/gpu_paper.py", "--smoke", "--attention-only", "--out", str(tmp_path)],
+    ):
+        done = run(*command)
+        assert "not on the bare image" in done.stderr, command  # why NEEDS_INSTALL holds it
