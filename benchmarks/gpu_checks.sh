@@ -68,11 +68,12 @@ cat "$out/summary.txt"
 lane=("$py" -m pytest -q -p no:cacheprovider -rfE --durations=5 ${LANE_EXTRA:-}) # timeout runs commands, not functions
 # only the gpu lane's tests of the switches that a GPU has yet to time (PADDING_SPANS,
 # KV_KEYS_AS_ROWS, RECOMPUTE_ADAPTERS, ROWS_APART; SPLIT_SCORE_GRADIENTS off, rectification at
-# ξ = 10): what a session short of time runs before the A/B steps, so that a switch that wins is
-# also known correct on the card
+# ξ = 10), and whether compiled flex keeps log α's gradient under activation checkpointing
+# (flex.APART_UNDER_CHECKPOINTING): what a session short of time runs before the A/B steps, so
+# that a switch that wins is also known correct on the card
 step lane_switches 200 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py \
   tests/gpu/test_opamp_fused_on_cuda.py tests/gpu/test_lkg_flex_on_cuda.py \
-  -k "key_span or key_rows or replayed or rows_apart or rounded_once"
+  -k "key_span or key_rows or replayed or rows_apart or rounded_once or checkpointing"
 step lane_attention 60 "${lane[@]}" tests/gpu/test_attention_on_cuda.py
 step lane_opamp_fused 90 "${lane[@]}" tests/gpu/test_opamp_fused_on_cuda.py
 step lane_rectify_triton 130 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py

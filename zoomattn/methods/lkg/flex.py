@@ -40,6 +40,15 @@ answer, more than the flex path's memory with every head fused and long answers,
 training's right padding, whose rows after the answer are TAIL rows too (at 8192 tokens, 25 %
 padded, every head fused: ~2 GiB per layer). Off until a GPU run shows it faster than the
 score_mod path (steps lkg_heads, causal; lkg_spans, right-padded).
+
+Under activation checkpointing the guided rows always go apart where log α trains
+(``APART_UNDER_CHECKPOINTING``; the model says when: ``LkgState.checkpointed``). A checkpointed
+layer's call runs again in backward, and PyTorch 2.13's eager flex then gives a captured tensor
+that requires grad a wrong gradient: uninitialised memory (1.5e29 where 0.77 was due, in a
+minimal case), reaching the estimator through log α and, through clipping, every other
+gradient's scale. The rows-apart path has no captured tensor that requires grad and gives the
+unchecked gradients (tests/methods/lkg/test_flex.py). Whether the compiled kernel, CUDA's, has
+the fault is the gpu lane's test (``test_compiled_flex_fusion_under_activation_checkpointing``).
 """
 
 from __future__ import annotations
@@ -65,6 +74,12 @@ DYNAMO_SWITCH = "TORCHDYNAMO_DISABLE"
 # back to the eager flex_attention, which materialises the scores.
 GRAPHS = 64
 ROWS_APART = False  # the guided rows materialised apart (module docstring); not yet timed on a GPU
+# Under activation checkpointing (a fine-tune's ``gradient_checkpointing``) the guided rows go apart
+# whatever ROWS_APART says, where log α trains: PyTorch 2.13's eager flex gives a captured tensor a
+# garbage gradient when the call is recomputed in backward (1.5e29 in a minimal case; see the
+# module docstring), and no GPU has yet shown the compiled kernel free of it. Apart, no captured
+# tensor requires grad. Off again only once the gpu lane's checkpointing test passes on CUDA.
+APART_UNDER_CHECKPOINTING = True
 # FlexAttention's kernel options (torch's FlexKernelOptions: tiles, warps and stages, per pass with
 # the prefixes fwd_ and bwd_); None: torch's defaults for the card. On sm_90 (torch 2.13) those
 # are 128 query rows per forward program: 2 fused heads at 4096 tokens make 64 programs for 132
@@ -279,16 +294,20 @@ def compiled_flex_attention(autotune: bool = False):
         return torch.compile(flex_attention, mode=mode)
 
 
-def flex_fused_heads(q, k, v, mask, scaling, query_segments, key_segments, log_alpha,
-                     compiled: bool | None = None) -> torch.Tensor:  # fmt: skip
+def flex_fused_heads(
+    q, k, v, mask, scaling, query_segments, key_segments, log_alpha,
+    compiled: bool | None = None, checkpointed: bool = False,
+) -> torch.Tensor:  # fmt: skip
     """Every head of q fused: FlexAttention with GQA in the kernel. ``compiled`` defaults to
-    q being on CUDA."""
+    q being on CUDA; ``checkpointed``: the call runs under activation checkpointing (recomputed in
+    backward), where the guided rows go apart (``APART_UNDER_CHECKPOINTING``)."""
     compiled = q.is_cuda if compiled is None else compiled
     attend = compiled_flex_attention(AUTOTUNE) if compiled else flex_attention
     segments = (query_segments, key_segments, mask)
     _check_slots(*segments, log_alpha.shape[-1])
     # apart only where log α trains: without its gradient flex's score_mod costs no atomics
-    apart = ROWS_APART and torch.is_grad_enabled() and log_alpha.requires_grad
+    apart = ROWS_APART or (checkpointed and APART_UNDER_CHECKPOINTING)
+    apart = apart and torch.is_grad_enabled() and log_alpha.requires_grad
     if apart:
         rows, valid, every_row = _layouts.get("rows", segments, lambda: guided_rows(query_segments))
         if rows.shape[1]:
@@ -322,15 +341,18 @@ def flex_relevance_attention(
     key_segments: torch.Tensor,
     log_alpha: torch.Tensor,
     compiled: bool | None = None,
+    checkpointed: bool = False,
 ) -> torch.Tensor:
     """``kernel.relevance_attention`` with ``kernel.fusion_bias(query_segments, key_segments,
     log_alpha, call_mask(mask, ...))``, computed without the bias: the heads in ``heads`` through
     FlexAttention, the others ``math.sdpa(q, k, v, mask, scaling)`` (``kernel.spliced_by_heads``).
     Shapes as there; segments ``[B, L]`` / ``[B, S]``, log α ``[B, P]``. Gradients reach q, k, v and
-    log α."""
+    log α. ``checkpointed``: under activation checkpointing (``flex_fused_heads``)."""
     segments = (query_segments, key_segments, log_alpha)
 
     def flex(q, k, v):
-        return flex_fused_heads(q, k, v, mask, scaling, *segments, compiled=compiled)
+        return flex_fused_heads(
+            q, k, v, mask, scaling, *segments, compiled=compiled, checkpointed=checkpointed
+        )
 
     return spliced_by_heads(q, k, v, mask, scaling, heads, flex)

@@ -58,6 +58,7 @@ class LkgState:
     def __init__(self, boundary: Boundary, n_layers: int):
         self.boundary, self.n_layers = boundary, n_layers
         self.in_estimate = False  # the hook's recursion guard
+        self.checkpointed = False  # the decoder's layers recompute in backward (a fine-tune's)
         self.estimator_passes = 0
         self.reset()
 
@@ -70,13 +71,17 @@ class LkgState:
         self.entropy: dict[int, torch.Tensor] = {}  # layer -> H [B, P]
 
 
-def relevance_fusion(q, k, v, mask, scaling, heads, query_segments, key_segments, log_alpha):
+def relevance_fusion(q, k, v, mask, scaling, heads, query_segments, key_segments, log_alpha,
+                     checkpointed: bool = False):  # fmt: skip
     """Eq. 6 on ``heads`` (``kernel.relevance_attention`` with ``kernel.fusion_bias``), at the one
     dispatch point of LKG-RALM's attention: FlexAttention without a bias where ``kernels.choose``
-    says fused (CUDA), else the materialised bias on SDPA."""
+    says fused (CUDA), else the materialised bias on SDPA. ``checkpointed``: the call is
+    recomputed in backward (``flex.flex_fused_heads``)."""
     if kernels.choose("lkg", q.device) == kernels.FUSED:
         segments = (query_segments, key_segments, log_alpha)
-        return flex_relevance_attention(q, k, v, mask, scaling, heads, *segments)
+        return flex_relevance_attention(
+            q, k, v, mask, scaling, heads, *segments, checkpointed=checkpointed
+        )
     allowed = call_mask(mask, q.shape[2], k.shape[2], q.device)
     bias = fusion_bias(query_segments, key_segments, log_alpha, allowed)
     return relevance_attention(q, k, v, mask, scaling, heads, bias)
@@ -121,7 +126,7 @@ class LkgLayerAttention(nn.Module):
         if last_row:  # one row: the bias path on every device
             bias = fusion_bias(*segments, call_mask(mask, q.shape[2], k.shape[2], q.device))
             return relevance_last_row(q, k, mask, scaling, self.heads, bias)
-        return relevance_fusion(q, k, v, mask, scaling, self.heads, *segments)
+        return relevance_fusion(q, k, v, mask, scaling, self.heads, *segments, st.checkpointed)
 
     def _entropy(self, q, k, mask, scaling) -> torch.Tensor:
         """H of each ``[e_i]`` row's attention over its passage ``[B, P]`` (rows only)."""
@@ -168,6 +173,9 @@ class LkgModule(nn.Module):
         st = self.state
         if st.in_estimate:
             return None
+        st.checkpointed = decoder.training and any(
+            getattr(layer, "gradient_checkpointing", False) for layer in decoder.layers
+        )
         kwargs = {**dict(zip(FORWARD_ARGS, args, strict=False)), **kwargs}
         ids = kwargs.get("input_ids")
         if ids is None:  # embeddings from elsewhere: no markers to read, plain attention
