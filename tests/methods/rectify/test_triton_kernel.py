@@ -270,6 +270,42 @@ def test_a_trained_model_gives_the_reference_logits_and_gradients_through_the_fu
         torch.testing.assert_close(fused_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize("padding_spans", [True], ids=["padding_spans"], indirect=True)
+@pytest.mark.parametrize("kv_keys_as_rows", [False], ids=["kv_queries_as_rows"], indirect=True)
+def test_gradient_checkpointing_recomputes_the_fused_kernel_to_the_same_gradients(
+    base_dir, on_cuda_under_fused
+):
+    """A fine-tune with ``gradient_checkpointing`` (non-reentrant, as finetune.py enables it; the
+    paper presets' setting) runs each layer's kernel again in backward: the recomputed forward
+    (the output's rounding error, the mask's spans and tile ranges reused) gives every gradient
+    of the fine-tune without checkpointing, on training's right-padded batch. Once, with key
+    spans on (the cached path), not under every switch: each run is a model in the interpreter."""
+    ids, mask = (torch.stack([t[0], t[1].roll(-3)]) for t in (IDS, MASK))
+
+    def grads(checkpointing: bool) -> dict:
+        torch.manual_seed(0)
+        model = _rectified(base_dir, xi=3.0).train()
+        _copy_lora_into_rectified(_trained_lora(base_dir), model)
+        for name, p in model.named_parameters():
+            p.requires_grad_(".zoom." in name or "lora_" in name)
+        if checkpointing:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        labels = ids.masked_fill(mask == 0, -100)
+        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+        return {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+
+    plain = grads(False)
+    layers = AutoConfig.from_pretrained(base_dir).num_hidden_layers
+    assert len(on_cuda_under_fused) == layers
+    checkpointed = grads(True)
+    assert len(on_cuda_under_fused) == 3 * layers  # forward, then again in backward
+    assert checkpointed.keys() == plain.keys() and any(".zoom.down." in n for n in plain)
+    for name, grad in plain.items():
+        torch.testing.assert_close(checkpointed[name], grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
 @pytest.mark.parametrize("fused_decoding", [False, True])
 def test_generation_prefills_a_padded_batch_through_the_fused_kernel_and_decodes_as_set(
     base_dir, monkeypatch, on_cuda_under_fused, fused_decoding
