@@ -1,3 +1,4 @@
+import inspect
 import re
 import shutil
 import subprocess
@@ -5,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from zoomattn.__main__ import ENV_RESULTS, STAGES, USER_COMMANDS, build_parser, run_stage
 from zoomattn.config import ROOT
@@ -172,3 +174,24 @@ def test_the_per_study_report_commands_are_gone_for_the_one_report_command(capsy
     assert f"unknown command {old!r}" in capsys.readouterr().err
     args = build_parser().parse_args(["report", "--spec", "{}", *REPORT])
     assert (args.stage, args.study) == ("report", "opamp")
+
+
+def test_a_stage_job_logs_the_cpu_it_ran_on(monkeypatch, caplog):
+    """A CPU run's metrics depend on the CPU type (its rounding): every job's log names it."""
+    import zoomattn.__main__ as cli
+    from zoomattn.stages import data
+
+    ran = []
+
+    def world(**kwargs):  # the stage's parameters (the parser reads them), doing nothing
+        ran.append("world")
+
+    world.__signature__ = inspect.signature(data.world)
+    monkeypatch.setattr(data, "world", world)
+    monkeypatch.setattr(cli, "claim_for_spec", lambda spec: None)
+    caplog.set_level("INFO", logger="zoomattn")
+    run_stage(["world", "--spec", "{}", "--results", "unused", "--out", "unused"])
+    assert ran == ["world"]
+    capability = torch.backends.cpu.get_cpu_capability()
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cpu: ")]
+    assert logged == [f"cpu: {cli.cpu_description()}"] and logged[0].endswith(f", {capability}")

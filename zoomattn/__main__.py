@@ -9,6 +9,7 @@ onstart/onsuccess/onerror handlers) are internal and left out of the help.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import logging
@@ -268,7 +269,24 @@ def run_stage(argv: list[str]) -> None:
     spec_file = args.pop("spec_file", None)
     args["spec"] = json.loads(spec_file.read_text() if spec_file else args["spec"])
     claim_for_spec(args["spec"])  # before the stage can initialise CUDA, which reads the cards once
+    logging.getLogger("zoomattn").info("cpu: %s", cpu_description())
     stages.function(stage)(**args)
+
+
+def cpu_description() -> str:
+    """The CPU's model and the vector instructions torch's CPU kernels take on it, for the job's
+    log: the same computation rounds differently on another CPU type, and over a fine-tune the
+    difference grows into other metrics (docs/results.md §1.2). Here, outside every stage's code
+    hash, so that recording it reruns no job."""
+    import platform
+
+    import torch
+
+    name = ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
+        name = next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")), "")
+    name = name or platform.processor() or platform.machine()
+    return f"{name}, {torch.backends.cpu.get_cpu_capability()}"
 
 
 if __name__ == "__main__":
