@@ -54,7 +54,7 @@ step() { # name, limit in seconds, command...
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   $py -c "import importlib.metadata as m, torch
-names = 'torch triton transformers peft bitsandbytes datasets mlflow snakemake'.split()
+names = 'torch triton transformers peft bitsandbytes datasets jsonschema mlflow snakemake'.split()
 def version(name):
     try:
         return m.version(name)

@@ -51,7 +51,11 @@ def hide() -> None:
     real_find_spec, real_version = importlib.util.find_spec, importlib.metadata.version
 
     def find_spec(name, package=None):  # availability probes (transformers') see it missing
-        return None if _absent(name) else real_find_spec(name, package)
+        if not _absent(name):
+            return real_find_spec(name, package)
+        if "." in name:  # a submodule: find_spec imports its parent first, which fails
+            raise ModuleNotFoundError(f"No module named {name.partition('.')[0]!r}", name=name)
+        return None
 
     def version(name):
         if _absent(name.replace("-", "_")):

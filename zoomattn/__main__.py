@@ -276,7 +276,7 @@ def run_stage(argv: list[str]) -> None:
 def cpu_description() -> str:
     """The CPU's model and the vector instructions torch's CPU kernels take on it, for the job's
     log: the same computation rounds differently on another CPU type, and over a fine-tune the
-    difference grows into other metrics (docs/results.md §1.2). Here, outside every stage's code
+    difference grows into other metrics (docs/results.md §9). Here, outside every stage's code
     hash, so that recording it reruns no job."""
     import platform
 

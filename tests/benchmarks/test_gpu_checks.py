@@ -127,6 +127,13 @@ def test_on_the_bare_image_only_the_steps_needing_install_are_skipped_and_said_s
         assert re.search(rf"^{step} skipped: needs the project's packages", summary, re.M), summary
     assert re.search(r"^lane_rectify_triton rc=0 ", summary, re.M), summary
     assert re.search(r"^\d+ tests? collected", (tmp_path / "checks.log").read_text(), re.M)
+    # with the packages (this machine's interpreter) such a step runs: the probe finds them
+    env["PYTHON"], env["STEPS"] = sys.executable, "lane_methods"
+    done = tmp_path / "installed"
+    subprocess.run(["bash", str(SCRIPT), str(done)], cwd=ROOT, env=env, capture_output=True,
+                   text=True, timeout=300)  # fmt: skip
+    summary = (done / "summary.txt").read_text()
+    assert re.search(r"^lane_methods rc=0 ", summary, re.M) and "absent" not in summary, summary
 
 
 def test_every_other_lane_steps_tests_collect_on_the_bare_image():

@@ -172,6 +172,8 @@ def test_compiled_flex_fusion_under_activation_checkpointing_gives_every_gradien
     checkpointing (``flex.APART_UNDER_CHECKPOINTING``); this asks whether the compiled kernel,
     CUDA's, is free of it with log α in the score_mod (the rows-apart case passes on the CPU)."""
     if DEVICE == "cpu" and not flex.ROWS_APART:
+        # on the CPU the fault shows as a wrong gradient, or as the recomputation under tracing
+        # refusing a data-dependent step of ours (RuntimeError)
         eager = "eager flex (the CPU's): a wrong gradient, or its recomputation traced"
         fails = (AssertionError, RuntimeError)
         request.applymarker(pytest.mark.xfail(strict=True, reason=eager, raises=fails))
@@ -190,8 +192,9 @@ def test_compiled_flex_fusion_under_activation_checkpointing_gives_every_gradien
 
     plain, checkpointed = grads(False), grads(True)
     assert plain[3].abs().sum() > 0  # log α's gradient reaches the estimator's output
+    # relative to the norm: flex adds log α's gradient with atomics, in another order each run
     for name, got, want in zip(["dq", "dk", "dv", "dlog_alpha"], checkpointed, plain, strict=True):
-        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5, msg=name)
+        assert _rel(got, want, False) <= 2 * BOUNDS[torch.float32], name
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA memory statistics")

@@ -98,6 +98,43 @@ def test_padding_as_each_rows_key_span_matches_the_formula_on_cuda(scenario, mon
     assert spans and all(s is not None for s in spans)  # read as spans, not as the mask
 
 
+@pytest.mark.parametrize("spans", [False, True], ids=["mask_bytes", "padding_spans"])
+def test_fused_kernel_under_activation_checkpointing_gives_the_gradients_in_bf16(
+    spans, monkeypatch
+):
+    """A checkpointed fine-tune (``gradient_checkpointing``, non-reentrant) runs the kernel again
+    in backward: in bf16 the forward also keeps the output's rounding error for Δ, and under a
+    right-padded mask the key spans and tile ranges are reused; the gradients must be the call's
+    without checkpointing (the CPU suite checks the fp32 model, where no residual is kept)."""
+    from torch.utils.checkpoint import checkpoint
+
+    from zoomattn.methods.rectify import triton_kernel
+    from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention
+
+    monkeypatch.setattr(triton_kernel, "PADDING_SPANS", spans)
+    tensors, mask = _inputs("right_padded", torch.bfloat16)
+    g = Rectifier("max", 3.0)
+
+    def grads(checkpointed: bool):
+        inputs = [t.detach().clone().requires_grad_() for t in tensors]
+        scaled = [t * 1.0 for t in inputs]  # inputs with a history, as projections give them
+
+        def attention(*qukv):
+            return fused_rectified_attention(*qukv, g, mask)
+
+        run = (
+            (lambda *a: checkpoint(attention, *a, use_reentrant=False))
+            if checkpointed
+            else attention
+        )
+        out = run(*scaled)
+        weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out)
+        return torch.autograd.grad((out * weight).sum(), inputs)
+
+    for name, got, want in zip("qukv", grads(True), grads(False), strict=True):
+        assert torch.equal(got, want), name  # the same kernels on the same values
+
+
 @pytest.mark.parametrize(
     ("kv", "scenario", "dtype"),
     [((16, 64, 4, 2), "padded", torch.bfloat16), ((16, 128, 8, 2), "padded", torch.bfloat16),

@@ -44,11 +44,12 @@ score_mod path (steps lkg_heads, causal; lkg_spans, right-padded).
 Under activation checkpointing the guided rows always go apart where log α trains
 (``APART_UNDER_CHECKPOINTING``; the model says when: ``LkgState.checkpointed``). A checkpointed
 layer's call runs again in backward, and PyTorch 2.13's eager flex then gives a captured tensor
-that requires grad a wrong gradient: uninitialised memory (1.5e29 where 0.77 was due, in a
-minimal case), reaching the estimator through log α and, through clipping, every other
-gradient's scale. The rows-apart path has no captured tensor that requires grad and gives the
-unchecked gradients (tests/methods/lkg/test_flex.py). Whether the compiled kernel, CUDA's, has
-the fault is the gpu lane's test (``test_compiled_flex_fusion_under_activation_checkpointing``).
+that requires grad a wrong gradient, read from uninitialised memory (from 9e-43 to 7e29 where 0.77
+was due, in runs of a minimal case): through log α the estimator's gradient vanishes or explodes,
+and exploding, shrinks every other gradient under clipping. The rows-apart path has no captured
+tensor that requires grad, and gives the gradients of the run without checkpointing
+(tests/methods/lkg/test_flex.py). Whether the compiled kernel, CUDA's, has the fault is the gpu
+lane's test ``test_compiled_flex_fusion_under_activation_checkpointing_gives_every_gradient``.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ GRAPHS = 64
 ROWS_APART = False  # the guided rows materialised apart (module docstring); not yet timed on a GPU
 # Under activation checkpointing (a fine-tune's ``gradient_checkpointing``) the guided rows go apart
 # whatever ROWS_APART says, where log α trains: PyTorch 2.13's eager flex gives a captured tensor a
-# garbage gradient when the call is recomputed in backward (1.5e29 in a minimal case; see the
-# module docstring), and no GPU has yet shown the compiled kernel free of it. Apart, no captured
+# garbage gradient when the call is recomputed in backward (the module docstring), and no GPU has
+# yet shown the compiled kernel free of it. Apart, no captured
 # tensor requires grad. Off again only once the gpu lane's checkpointing test passes on CUDA.
 APART_UNDER_CHECKPOINTING = True
 # FlexAttention's kernel options (torch's FlexKernelOptions: tiles, warps and stages, per pass with
