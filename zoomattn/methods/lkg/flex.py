@@ -78,8 +78,8 @@ ROWS_APART = False  # the guided rows materialised apart (module docstring); not
 # Under activation checkpointing (a fine-tune's ``gradient_checkpointing``) the guided rows go apart
 # whatever ROWS_APART says, where log α trains: PyTorch 2.13's eager flex gives a captured tensor a
 # garbage gradient when the call is recomputed in backward (the module docstring), and no GPU has
-# yet shown the compiled kernel free of it. Apart, no captured
-# tensor requires grad. Off again only once the gpu lane's checkpointing test passes on CUDA.
+# yet shown the compiled kernel free of it. Apart, no captured tensor requires grad. Off again
+# only once the gpu lane's checkpointing test passes on CUDA.
 APART_UNDER_CHECKPOINTING = True
 # FlexAttention's kernel options (torch's FlexKernelOptions: tiles, warps and stages, per pass with
 # the prefixes fwd_ and bwd_); None: torch's defaults for the card. On sm_90 (torch 2.13) those
