@@ -7,6 +7,7 @@
 #
 #   bash benchmarks/gpu_checks.sh [OUT]     # default OUT: results/gpu_checks
 #   STEPS="lane_rectify_triton rectify_tiles" bash benchmarks/gpu_checks.sh OUT   # only those
+#   STEPS=first BUDGET_S=570 bash benchmarks/gpu_checks.sh OUT   # a session's first call (FIRST)
 #   SWEEP_S=100 ...   # seconds for the tile sweep's candidates (default 150)
 #
 # The device tool's bare image (CUDA PyTorch, Triton, its own transformers and peft) runs every
@@ -25,6 +26,10 @@ py=${PYTHON:-python3}
 log=$out/checks.log
 deadline=$(($(date +%s) + ${BUDGET_S:-530}))
 
+# a session's first call, on the bare image: the default kernels against their formulas on the
+# card, then every switch's lane and the checkpointing tests, then the special functions' A/B
+FIRST="lane_rectify_triton lane_switches special_ab"
+[[ ${STEPS:-} == first ]] && STEPS=$FIRST
 # the steps that need the project's packages, absent from the device tool's bare image
 NEEDS_INSTALL="attention overhead lane_distributed lane_methods lane_small_dag"
 installed=$($py -c "import bitsandbytes, datasets, jsonschema, mlflow, snakemake" 2>/dev/null && echo yes)
@@ -71,7 +76,7 @@ lane=("$py" -m pytest -q -p no:cacheprovider -rfE --durations=5 ${LANE_EXTRA:-})
 # ξ = 10), and whether compiled flex keeps log α's gradient under activation checkpointing
 # (flex.APART_UNDER_CHECKPOINTING): what a session short of time runs before the A/B steps, so
 # that a switch that wins is also known correct on the card
-step lane_switches 200 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py \
+step lane_switches 240 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py \
   tests/gpu/test_opamp_fused_on_cuda.py tests/gpu/test_lkg_flex_on_cuda.py \
   -k "key_span or key_rows or replayed or rows_apart or rounded_once or checkpointing"
 step lane_attention 60 "${lane[@]}" tests/gpu/test_attention_on_cuda.py

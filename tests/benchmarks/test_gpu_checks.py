@@ -106,6 +106,14 @@ def _bare_python(tmp_path) -> str:
     return str(wrapper)
 
 
+def test_the_first_calls_steps_exist_and_need_no_install():
+    text = SCRIPT.read_text().replace("\\\n", " ")
+    first = re.search(r'^FIRST="([^"]*)"', text, re.M).group(1).split()
+    steps = dict(re.findall(r"^step (\w+) (\d+) ", text, re.M))
+    assert first and set(first) <= set(steps) and not set(first) & _needs_install()
+    assert sum(int(steps[name]) for name in first) <= 570  # the budget its comment names
+
+
 def test_on_the_bare_image_only_the_steps_needing_install_are_skipped_and_said_so(tmp_path):
     """Without the project's packages the NEEDS_INSTALL steps are skipped with the reason,
     the others run (a lane step collects its tests), and the summary names what is absent."""
