@@ -155,6 +155,36 @@ def test_stacked_path_draws_the_same_dropout_masks_as_the_plain_path(block):
     assert torch.equal(rng_a, rng_b)
 
 
+def test_stacked_path_under_activation_checkpointing_gives_the_same_gradients():
+    """A checkpointed fine-tune (``gradient_checkpointing``, non-reentrant, as the paper preset
+    runs OpAmp) runs the layer again in backward: with dropout on, the recomputation (and, with
+    the adapters replayed, their replay in backward) must draw the forward's masks, so outputs
+    and every gradient equal the run's without checkpointing."""
+    from torch.utils.checkpoint import checkpoint
+
+    layer = _layer(5.0, dropout=0.5).double().train()
+    tensors = [t.double().detach().requires_grad_() for t in _inputs(*CASES["padded-gqa"][:4])]
+    mask = _mask(True, 7, 7)
+    params = list(layer.parameters())
+    results = []
+    for checkpointed in (False, True):
+        torch.manual_seed(3)
+
+        def attention(q, k, v):
+            return layer(q, k, v, mask, path="stacked")
+
+        run = (
+            (lambda *x: checkpoint(attention, *x, use_reentrant=False))
+            if checkpointed
+            else attention
+        )
+        results.append(_values_and_grads(run, tensors, params))
+    (out, grads), (checkpointed_out, checkpointed_grads) = results
+    torch.testing.assert_close(checkpointed_out, out, atol=0, rtol=0)
+    for a, b in zip(checkpointed_grads, grads, strict=True):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
 def test_stacked_path_without_gradients_equals_the_plain_path():
     layer = _layer(10.0)
     tensors = [t.detach() for t in _inputs()]
