@@ -273,14 +273,16 @@ def test_a_trained_model_gives_the_reference_logits_and_gradients_through_the_fu
 @pytest.mark.parametrize("padding_spans", [True], ids=["padding_spans"], indirect=True)
 @pytest.mark.parametrize("kv_keys_as_rows", [False], ids=["kv_queries_as_rows"], indirect=True)
 def test_gradient_checkpointing_recomputes_the_fused_kernel_to_the_same_gradients(
-    base_dir, on_cuda_under_fused
+    base_dir, on_cuda_under_fused, monkeypatch
 ):
     """A fine-tune with ``gradient_checkpointing`` (non-reentrant, as finetune.py enables it; the
-    paper presets' setting) runs each layer's kernel again in backward: the recomputed forward
-    (the output's rounding error, the mask's spans and tile ranges reused) gives every gradient
-    of the fine-tune without checkpointing, on training's right-padded batch. Once, with key
-    spans on (the cached path), not under every switch: each run is a model in the interpreter."""
+    paper presets' setting) runs each layer's kernel again in backward: the recomputed forward,
+    which reuses the forward's key spans of the mask, gives every gradient of the fine-tune
+    without checkpointing, on training's right-padded batch. In fp32, so the output's rounding
+    error is not kept: the bf16 case is the gpu lane's. Once, with key spans on (the cached
+    path), not under every switch: each run is a model in the interpreter."""
     ids, mask = (torch.stack([t[0], t[1].roll(-3)]) for t in (IDS, MASK))
+    spans = record_returns(monkeypatch, triton_kernel, "padding_spans")
 
     def grads(checkpointing: bool) -> dict:
         torch.manual_seed(0)
@@ -301,6 +303,7 @@ def test_gradient_checkpointing_recomputes_the_fused_kernel_to_the_same_gradient
     assert len(on_cuda_under_fused) == layers
     checkpointed = grads(True)
     assert len(on_cuda_under_fused) == 3 * layers  # forward, then again in backward
+    assert len(spans) == 2  # once per forward (transformers' new mask), not in the recomputation
     assert checkpointed.keys() == plain.keys() and any(".zoom.down." in n for n in plain)
     for name, grad in plain.items():
         torch.testing.assert_close(checkpointed[name], grad, atol=1e-6, rtol=1e-5, msg=name)
