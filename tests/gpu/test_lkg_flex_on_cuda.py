@@ -168,7 +168,7 @@ def test_compiled_flex_fusion_under_activation_checkpointing_gives_every_gradien
     layer's call runs again in backward, log α (the estimator's, computed before the layers)
     captured by the layer. Its gradient, and q's, k's and v's, must be the call's without
     checkpointing. PyTorch 2.13's eager flex gives the captured log α a wrong gradient there
-    (tests/methods/lkg/test_flex.py), so the model takes the guided rows apart under
+    (tests/methods/lkg/test_flex_checkpointing.py), so the model takes the guided rows apart under
     checkpointing (``flex.APART_UNDER_CHECKPOINTING``); this asks whether the compiled kernel,
     CUDA's, is free of it with log α in the score_mod (the rows-apart case passes on the CPU)."""
     if DEVICE == "cpu" and not flex.ROWS_APART:

@@ -332,11 +332,14 @@ def test_the_layer_runs_flex_where_kernels_choose_fused_and_matches_the_referenc
     torch.testing.assert_close(_rows(fused, True), _rows(reference, True), atol=1e-5, rtol=1e-5)
 
 
-def trained(monkeypatch, path, base_tok, tok, batch):
+def trained(monkeypatch, path, base_tok, tok, batch, checkpointing=False):
     """A tiny LKG model, every head fused, dispatched to ``path``, after one backward of
-    ``batch``: (the model, its loss, its gradients by parameter name)."""
+    ``batch``: (the model, its loss, its gradients by parameter name). ``checkpointing``: with
+    gradient checkpointing, non-reentrant, as finetune.py enables it."""
     monkeypatch.setattr(kernels, "choose", lambda method, device: path)
     model = attached_lkg(base_tok, tok, fusion_heads="all").train()
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     loss = model(**batch).loss
     loss.backward()
     return model, loss, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
@@ -354,57 +357,6 @@ def test_a_model_on_the_fused_path_trains_as_on_the_reference(monkeypatch, base_
     assert fused_grads.keys() == grads.keys() and any("estimator" in n for n in grads)
     for name, grad in grads.items():
         torch.testing.assert_close(fused_grads[name], grad, atol=1e-5, rtol=1e-5, msg=name)
-
-
-@pytest.mark.parametrize("apart_under_checkpointing", [True, False])
-def test_gradient_checkpointing_on_the_fused_path_gives_the_same_loss_and_gradients(
-    apart_under_checkpointing, rows_apart, monkeypatch, base_tok, tok, sampler
-):
-    """The paper preset fine-tunes LKG-RALM on the fused path with ``gradient_checkpointing``
-    (non-reentrant, as finetune.py enables it): each layer's flex call runs again in backward,
-    with the estimator's α from the forward, and gives every gradient of the run without
-    checkpointing, because the guided rows go apart there (``flex.APART_UNDER_CHECKPOINTING``).
-    Without that, log α in the score_mod gets a wrong gradient from eager flex (the CPU's;
-    PyTorch 2.13): an xfail after the gradients are seen to differ, which fails once PyTorch
-    fixes it."""
-    monkeypatch.setattr(flex, "APART_UNDER_CHECKPOINTING", apart_under_checkpointing)
-    batch = batch_of(tok, [single_doc(sampler, 0.75), multihop(sampler, 0.6)])
-    monkeypatch.setattr(kernels, "choose", lambda method, device: kernels.FUSED)
-    calls, real = [], flex.guided_rows_attention
-    monkeypatch.setattr(flex, "guided_rows_attention", lambda *a: calls.append(1) or real(*a))
-    runs = []
-    for checkpointing in (False, True):
-        torch.manual_seed(0)
-        model = attached_lkg(base_tok, tok, fusion_heads="all").train()
-        if checkpointing:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
-        loss = model(**batch).loss
-        loss.backward()
-        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-        runs.append((loss.detach(), grads, len(calls)))
-        calls.clear()
-    (loss, grads, apart), (checkpointed_loss, checkpointed_grads, apart_checkpointed) = runs
-    layers = model.config.num_hidden_layers
-    assert apart == (layers if rows_apart else 0)  # without checkpointing the switch decides
-    # checkpointed: apart in each layer's forward and its recomputation
-    assert apart_checkpointed == (2 * layers if rows_apart or apart_under_checkpointing else 0)
-    torch.testing.assert_close(checkpointed_loss, loss, atol=1e-6, rtol=1e-6)
-    assert checkpointed_grads.keys() == grads.keys() and any("estimator" in n for n in grads)
-
-    def compare():
-        for name, grad in grads.items():
-            torch.testing.assert_close(
-                checkpointed_grads[name], grad, atol=1e-6, rtol=1e-5, msg=name
-            )
-
-    if rows_apart or apart_under_checkpointing:
-        compare()
-    else:  # log α in the score_mod under checkpointing: PyTorch's fault, until it is fixed
-        with pytest.raises(AssertionError):
-            compare()
-        pytest.xfail("PyTorch 2.13: eager flex's captured-tensor gradient under checkpointing")
 
 
 @pytest.mark.usefixtures("rows_apart")

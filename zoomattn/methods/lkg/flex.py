@@ -48,8 +48,9 @@ that requires grad a wrong gradient, read from uninitialised memory (from 9e-43 
 was due, in runs of a minimal case): through log α the estimator's gradient vanishes or explodes,
 and exploding, shrinks every other gradient under clipping. The rows-apart path has no captured
 tensor that requires grad, and gives the gradients of the run without checkpointing
-(tests/methods/lkg/test_flex.py). Whether the compiled kernel, CUDA's, has the fault is the gpu
-lane's test ``test_compiled_flex_fusion_under_activation_checkpointing_gives_every_gradient``.
+(tests/methods/lkg/test_flex_checkpointing.py). Whether the compiled kernel, CUDA's, has the
+fault is the gpu lane's test
+``test_compiled_flex_fusion_under_activation_checkpointing_gives_every_gradient``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,58 @@
+"""LKG-RALM's fused path under gradient checkpointing, as the paper preset fine-tunes it: each
+layer's flex call runs again in backward, and the guided rows go apart there
+(``flex.APART_UNDER_CHECKPOINTING``), since PyTorch 2.13's eager flex gives a tensor its score_mod
+captures a wrong gradient when the call is recomputed (methods/lkg/flex.py). The compiled kernel,
+CUDA's, is the gpu lane's test (tests/gpu/test_lkg_flex_on_cuda.py)."""
+
+import pytest
+import torch
+
+from tests.methods.lkg.helpers import batch_of
+from tests.methods.lkg.test_flex import cpu_backward, rows_apart, trained  # noqa: F401 (fixtures)
+from zoomattn.attention import kernels
+from zoomattn.data.tasks import multihop, single_doc
+from zoomattn.methods.lkg import flex
+
+pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+
+
+@pytest.mark.usefixtures("rows_apart")
+@pytest.mark.parametrize("apart_under_checkpointing", [True, False])
+def test_gradient_checkpointing_on_the_fused_path_gives_the_same_loss_and_gradients(
+    apart_under_checkpointing, monkeypatch, base_tok, tok, sampler
+):
+    """Each layer's flex call runs again in backward, with the estimator's α from the forward,
+    and gives every gradient of the run without checkpointing, because the guided rows go apart
+    there. Without that, log α in the score_mod gets a wrong gradient from eager flex (the CPU's;
+    PyTorch 2.13): an xfail after the gradients are seen to differ, which fails once PyTorch
+    fixes it."""
+    monkeypatch.setattr(flex, "APART_UNDER_CHECKPOINTING", apart_under_checkpointing)
+    apart_anyway = flex.ROWS_APART  # the rows_apart fixture's setting
+    batch = batch_of(tok, [single_doc(sampler, 0.75), multihop(sampler, 0.6)])
+    calls, real = [], flex.guided_rows_attention
+    monkeypatch.setattr(flex, "guided_rows_attention", lambda *a: calls.append(1) or real(*a))
+    model, loss, grads = trained(monkeypatch, kernels.FUSED, base_tok, tok, batch)
+    apart = len(calls)
+    calls.clear()
+    _, checkpointed_loss, checkpointed_grads = trained(
+        monkeypatch, kernels.FUSED, base_tok, tok, batch, checkpointing=True
+    )
+    layers = model.config.num_hidden_layers
+    assert apart == (layers if apart_anyway else 0)  # without checkpointing the switch decides
+    # checkpointed: apart in each layer's forward and its recomputation
+    assert len(calls) == (2 * layers if apart_anyway or apart_under_checkpointing else 0)
+    torch.testing.assert_close(checkpointed_loss, loss, atol=1e-6, rtol=1e-6)
+    assert checkpointed_grads.keys() == grads.keys() and any("estimator" in n for n in grads)
+
+    def compare():
+        for name, grad in grads.items():
+            torch.testing.assert_close(
+                checkpointed_grads[name], grad, atol=1e-6, rtol=1e-5, msg=name
+            )
+
+    if apart_anyway or apart_under_checkpointing:
+        compare()
+    else:  # log α in the score_mod under checkpointing: PyTorch's fault, until it is fixed
+        with pytest.raises(AssertionError):
+            compare()
+        pytest.xfail("PyTorch 2.13: eager flex's captured-tensor gradient under checkpointing")
