@@ -24,6 +24,7 @@ import os
 import runpy
 import sys
 
+RUN = [sys.executable, "-m", "tests.bare_image"]  # then a script, ``-m`` module or ``-c`` code
 ABSENT = (
     "bitsandbytes",
     "datasets",

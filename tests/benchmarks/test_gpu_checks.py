@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+from tests import bare_image
 from zoomattn.config import ROOT
 
 SCRIPT = ROOT / "benchmarks" / "gpu_checks.sh"
@@ -101,7 +102,7 @@ def _needs_install() -> set[str]:
 def _bare_python(tmp_path) -> str:
     """An interpreter for the script's PYTHON that runs as the device tool's bare image would."""
     wrapper = tmp_path / "bare-python"
-    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m tests.bare_image "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\nexec {" ".join(bare_image.RUN)} "$@"\n')
     wrapper.chmod(0o755)
     return str(wrapper)
 
@@ -153,7 +154,7 @@ def test_every_other_lane_steps_tests_collect_on_the_bare_image():
     }
     assert "tests/gpu/test_lkg_flex_tiles_on_cuda.py" in files
     env = {"PATH": "/usr/bin:/bin", "ZOOMATTN_GPU_LANE_DEVICE": "cpu", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "tests.bare_image", "-m", "pytest", "--collect-only", "-q",
+    cmd = [*bare_image.RUN, "-m", "pytest", "--collect-only", "-q",
            "-p", "no:cacheprovider", *sorted(files)]  # fmt: skip
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
@@ -173,14 +174,13 @@ def test_every_other_steps_benchmark_imports_on_the_bare_image(tmp_path):
     assert needing == {"distributed_overhead", "gpu_paper"}
     assert {"rectified_triton", "opamp_triton", "opamp_stacked", "relevance_fusion"} <= scripts
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # as the script sets it
-    bare = [sys.executable, "-m", "tests.bare_image"]
     # the LKG-RALM steps' benchmark imports the method when it builds its steps
     build = "import sys; sys.path.insert(0, 'benchmarks'); import relevance_fusion_cuda as r; "
     build += "r.steps(n=64, heads=32, kv_heads=8, head_dim=16, passage=16, device='cpu')"
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*bare, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=300)  # fmt: skip
+        return subprocess.run([*bare_image.RUN, *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
 
     for script in sorted(scripts):
         done = run(f"benchmarks/{script}.py", "--help")

@@ -7,17 +7,17 @@ import importlib
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
+from tests import bare_image
 from zoomattn.config import ROOT
 
 
 def _smoke(script: str, *args: str) -> list[dict]:
     """The script's JSON lines, run as on the GPU machine's bare image (tests/bare_image.py: a
     new import of a package only the project installs fails here, as it would fail there)."""
-    cmd = [sys.executable, "-m", "tests.bare_image", f"benchmarks/{script}", "--smoke", *args]
+    cmd = [*bare_image.RUN, f"benchmarks/{script}", "--smoke", *args]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's zoomattn
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
