@@ -91,10 +91,10 @@ def steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device
     q, k, v = projected(heads), projected(kv_heads), projected(kv_heads)
     pads = int(padded * n)
     row, n_passages = layout(n - pads, passage)
-    # a pad id that is no marker: left padding's segment is OTHER, right padding's TAIL
-    row = [0] * pads + row if side == "left" else row + [0] * pads
+    row = [0] * pads + row if side == "left" else row + [0] * pads  # a pad id that is no marker
     mask = tile_sweep.padding_mask(n, padded, device, side)
-    segments = segment_ids(torch.tensor([row], device=device), Boundary(**MARKERS))
+    ids = torch.tensor([row], device=device)
+    segments = segment_ids(ids, Boundary(**MARKERS), ids != 0)  # padding OTHER, as the model's
     log_alpha = torch.randn(1, n_passages, device=device).requires_grad_(True)
     everything = tuple(range(heads))
 

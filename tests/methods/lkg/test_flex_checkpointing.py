@@ -12,6 +12,8 @@ from tests.methods.lkg.test_flex import cpu_backward, rows_apart, trained  # noq
 from zoomattn.attention import kernels
 from zoomattn.data.tasks import multihop, single_doc
 from zoomattn.methods.lkg import flex
+from zoomattn.methods.lkg.kernel import QUESTION, Boundary, segment_ids
+from zoomattn.modeling.boundary import add_boundary_tokens
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
@@ -56,3 +58,26 @@ def test_gradient_checkpointing_on_the_fused_path_gives_the_same_loss_and_gradie
         with pytest.raises(AssertionError):
             compare()
         pytest.xfail("PyTorch 2.13: eager flex's captured-tensor gradient under checkpointing")
+
+
+def test_the_rows_apart_of_a_right_padded_batch_are_its_question_and_answer_rows(
+    monkeypatch, base_tok, tok, sampler
+):
+    """Training's batches are right-padded, and the padding after an answer is no question or
+    answer row: checkpointed, each layer takes apart the rows that carry log α and no padding
+    (``[B, R]``, R the most question and answer tokens of a batch row), where it took the padding
+    too, each row materialised over every key."""
+    batch = batch_of(tok, [single_doc(sampler, 0.75), multihop(sampler, 0.6)])
+    real = batch["attention_mask"].bool()
+    guided = segment_ids(batch["input_ids"], Boundary(*add_boundary_tokens(tok))) <= QUESTION
+    assert (guided & ~real).any()  # the shorter row's padding follows its answer
+    widths, real_fn = [], flex.guided_rows_attention
+
+    def counted(q, k, v, mask, scaling, rows, *rest):
+        widths.append(rows.shape[1])
+        return real_fn(q, k, v, mask, scaling, rows, *rest)
+
+    monkeypatch.setattr(flex, "guided_rows_attention", counted)
+    trained(monkeypatch, kernels.FUSED, base_tok, tok, batch, checkpointing=True)
+    assert widths and set(widths) == {int((guided & real).sum(-1).max())}
+    assert widths[0] < int(guided.sum(-1).max())

@@ -45,6 +45,19 @@ def test_segment_ids_with_left_padding_leave_the_padding_other():
     assert _segments(row) == [[O, O, O, O, 0, 0, 0, Q, Q, Q, T]]
 
 
+def test_segment_ids_under_an_attention_mask_make_padding_other_on_either_side():
+    rows = (
+        [BOS, D, W, E, QM, W, EQ, ANS, ANS, PAD, PAD],  # training's right padding
+        [PAD, PAD, BOS, D, W, E, QM, W, EQ, ANS, ANS],  # generation's left padding
+    )
+    real = torch.tensor(rows) != PAD
+    assert _segments(*rows)[0][-2:] == [T, T]  # the ids alone: right padding follows the answer
+    assert segment_ids(torch.tensor(rows), B, real.long()).tolist() == [
+        [O, 0, 0, 0, Q, Q, Q, T, T, O, O],
+        [O, O, O, 0, 0, 0, Q, Q, Q, T, T],
+    ]
+
+
 def test_segment_ids_of_a_batch_with_different_layouts():
     rows = (
         [BOS, D, W, E, D, W, E, QM, W, EQ, ANS, ANS],

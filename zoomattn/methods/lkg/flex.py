@@ -36,10 +36,10 @@ and put in place; log α's gradient is then an ordinary autograd sum. Only where
 (grad enabled, log α requiring it): evaluation and generation keep the score_mod, which costs no
 atomics without a gradient. Backward keeps per layer one ``[B, H, R, S]`` fp32 tensor and fp32
 copies of the fused heads' K and V: small for a few fused heads and a short question and
-answer, more than the flex path's memory with every head fused and long answers, or with
-training's right padding, whose rows after the answer are TAIL rows too (at 8192 tokens, 25 %
-padded, every head fused: ~2 GiB per layer). Off until a GPU run shows it faster than the
-score_mod path (steps lkg_heads, causal; lkg_spans, right-padded).
+answer, more than the flex path's memory with every head fused and long answers. Padding is no
+guided row (the model's segments make it OTHER: ``kernel.segment_ids``), so training's right
+padding after the answer goes through flex with the other rows. Off until a GPU run shows it
+faster than the score_mod path (steps lkg_heads, causal; lkg_spans, right-padded).
 
 Under activation checkpointing the guided rows always go apart where log α trains
 (``APART_UNDER_CHECKPOINTING``; the model says when: ``LkgState.checkpointed``). A checkpointed

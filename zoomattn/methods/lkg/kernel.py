@@ -51,10 +51,13 @@ class Boundary:
     eq: int
 
 
-def segment_ids(input_ids: torch.Tensor, boundary: Boundary) -> torch.Tensor:
+def segment_ids(
+    input_ids: torch.Tensor, boundary: Boundary, padding: torch.Tensor | None = None
+) -> torch.Tensor:
     """Segment code of every token ``[B, L]`` (module docstring), from the last opening marker
     (``[d]`` or ``[q]``) at or before each position and the last ``[e_i]`` before it: running maxima
-    over marker positions, no loop over positions.
+    over marker positions, no loop over positions. ``padding``: the call's 2-D attention mask
+    (``[B, L]``, 0 or False at padding), whose padding is then OTHER wherever it sits.
 
     Edge cases, chosen so a truncated prompt still gets usable segments: a ``[d]`` without its
     ``[e_i]`` (cut off) opens passage k up to the next ``[d]`` or ``[q]``, or to the end of the
@@ -62,9 +65,11 @@ def segment_ids(input_ids: torch.Tensor, boundary: Boundary) -> torch.Tensor:
     close (``[e_i]`` after its passage closed, ``[e_q]`` outside the question) is OTHER, one inside
     the open question is a question token; after the ``[e_q]`` that closes the question every
     token is TAIL, markers included. Passage indices count the row's ``[d]`` markers from 0.
-    Padding gets no special treatment, so its id must not be a marker id: left padding (before
-    the first marker) is OTHER, right padding after ``[e_q]`` is TAIL (the call's attention mask
-    hides it).
+    Padding's id must not be a marker id. Without ``padding``, left padding (before the first
+    marker) is OTHER and right padding after ``[e_q]`` TAIL; with it, both are OTHER. The call's
+    mask hides padding as keys either way, but as query rows TAIL would be guided rows: no real
+    token reads them, and the fused path's rows apart (``flex.ROWS_APART``, and every
+    checkpointed fine-tune) would compute each of them, materialised, as a question or answer row.
     """
     b = boundary
     is_d, is_e, is_q, is_eq = (input_ids == t for t in (b.d, b.e, b.q, b.eq))
@@ -81,8 +86,8 @@ def segment_ids(input_ids: torch.Tensor, boundary: Boundary) -> torch.Tensor:
     after_question = (closes_question.cumsum(dim=-1) - closes_question) > 0
     passage = is_d.long().cumsum(dim=-1) - 1
     codes = torch.where(in_passage, passage, OTHER)
-    codes = codes.masked_fill(opened_by_q, QUESTION)
-    return codes.masked_fill(after_question, TAIL)
+    codes = codes.masked_fill(opened_by_q, QUESTION).masked_fill(after_question, TAIL)
+    return codes if padding is None else codes.masked_fill(padding == 0, OTHER)
 
 
 def n_passages(segments: torch.Tensor) -> int:
