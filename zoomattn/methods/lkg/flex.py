@@ -31,15 +31,14 @@ addresses, the suspect of the fused heads' cost on an H200 (docs/kernels.md). On
 QUESTION/TAIL rows carry log α, and they are few (the question and the answer, at the end of a
 prompt); a query row's output depends on no other row. So with ``ROWS_APART`` flex runs the
 structure alone (``mask_mod``, no ``score_mod``: no captured gradient), and the guided rows are
-computed again exactly, materialised (``guided_rows_attention``: their ``[R, S]`` scores, fp32),
-and put in place; log α's gradient is then an ordinary autograd sum. Only where log α trains
-(grad enabled, log α requiring it): evaluation and generation keep the score_mod, which costs no
-atomics without a gradient. Backward keeps per layer one ``[B, H, R, S]`` fp32 tensor and fp32
-copies of the fused heads' K and V: small for a few fused heads and a short question and
-answer, more than the flex path's memory with every head fused and long answers. Padding is no
-guided row (the model's segments make it OTHER: ``kernel.segment_ids``), so training's right
-padding after the answer goes through flex with the other rows. Off until a GPU run shows it
-faster than the score_mod path (steps lkg_heads, causal; lkg_spans, right-padded).
+computed again exactly, in fp32 a chunk of rows at a time (``rows_apart.guided_rows_attention``,
+whose backward keeps their outputs and log-sum-exps, not their scores), and put in place; log
+α's gradient is then an ordinary sum. Only where log α trains (grad enabled, log α requiring
+it): evaluation and generation keep the score_mod, which costs no atomics without a gradient.
+Padding is no guided row (the model's segments make it OTHER: ``kernel.segment_ids``), so
+training's right padding after the answer goes through flex with the other rows. Off until a
+GPU run shows it faster than the score_mod path (steps lkg_heads, causal; lkg_spans,
+right-padded).
 
 Under activation checkpointing the guided rows always go apart where log α trains
 (``APART_UNDER_CHECKPOINTING``; the model says when: ``LkgState.checkpointed``). A checkpointed
@@ -61,12 +60,12 @@ import os
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from zoomattn.attention.reuse import SameTensors
 from zoomattn.attention.tile_ranges import padding_spans
-from zoomattn.methods.lkg.kernel import QUESTION, spliced_by_heads
+from zoomattn.methods.lkg.kernel import QUESTION, column_log_alpha, spliced_by_heads
+from zoomattn.methods.lkg.rows_apart import guided_rows, guided_rows_attention, put_rows
 
 BLOCK = 128  # FlexAttention's default tile
 ROWS_PER_CHUNK = 8 * BLOCK  # query rows whose element mask exists at once while the tiles are built
@@ -75,7 +74,7 @@ DYNAMO_SWITCH = "TORCHDYNAMO_DISABLE"
 # prefill/decoding, head count and dtype met in a job. Past dynamo's default of 8, it would fall
 # back to the eager flex_attention, which materialises the scores.
 GRAPHS = 64
-ROWS_APART = False  # the guided rows materialised apart (module docstring); not yet timed on a GPU
+ROWS_APART = False  # the guided rows computed apart (module docstring); not yet timed on a GPU
 # Under activation checkpointing (a fine-tune's ``gradient_checkpointing``) the guided rows go apart
 # whatever ROWS_APART says, where log α trains: PyTorch 2.13's eager flex gives a captured tensor a
 # garbage gradient when the call is recomputed in backward (the module docstring), and no GPU has
@@ -105,14 +104,6 @@ PADDING_SPANS = False
 # Compile flex with inductor's max-autotune: the first call of each shape times torch's candidate
 # tiles and keeps the fastest (minutes of compiling per shape). Off: a benchmark's question.
 AUTOTUNE = False
-
-
-def column_log_alpha(key_segments: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor:
-    """log α of each key column's passage, 0 for a non-passage column: ``[B, S]``, fp32 at least;
-    log α ``[B, P]`` gets its gradient back through the gather."""
-    slot = (key_segments + 1).clamp(min=0)  # slot 0: a zero put in front for non-passage columns
-    column = F.pad(log_alpha, (1, 0)).gather(-1, slot)
-    return column.to(torch.promote_types(log_alpha.dtype, torch.float32))
 
 
 def fusion_score_mod(query_segments: torch.Tensor, key_segments: torch.Tensor, log_alpha):
@@ -224,53 +215,6 @@ def _spans(query_segments, key_segments, mask) -> torch.Tensor | None:
     return None if spans is None else spans.expand(query_segments.shape[0], 2).contiguous()
 
 
-def guided_rows(query_segments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    """The QUESTION/TAIL query rows of each batch row: their positions first, ascending (``[B, R]``,
-    R the most any batch row has, distinct within a row), which of the R are guided (``[B, R]``:
-    a row with fewer is filled with other positions), and whether every query row is guided."""
-    guided = query_segments <= QUESTION
-    count = guided.sum(-1)
-    most, least = torch.stack([count.max(), count.min()]).tolist() if count.numel() else (0, 0)
-    order = torch.argsort(guided.to(torch.int8), dim=-1, descending=True, stable=True)[:, :most]
-    valid = torch.arange(most, device=count.device)[None] < count[:, None]
-    return order, valid, least == query_segments.shape[-1]
-
-
-def _allowed_rows(mask, rows: torch.Tensor, n_q: int, n_k: int) -> torch.Tensor:
-    """``kernel.call_mask``'s rows ``rows`` ``[B, R]``: ``[B, 1, R, S]`` bool."""
-    if mask is None:  # causal, queries aligned to the last keys
-        last_key = rows + (n_k - n_q)
-        return torch.arange(n_k, device=rows.device) <= last_key[:, None, :, None]
-    b, r = rows.shape
-    return mask.expand(b, 1, n_q, n_k).gather(2, rows[:, None, :, None].expand(b, 1, r, n_k))
-
-
-def guided_rows_attention(q, k, v, mask, scaling, rows, key_segments, log_alpha) -> torch.Tensor:
-    """softmax(q·kᵀ·s + log α of each passage column + the call's mask)·v of the query rows ``rows``
-    ``[B, R]`` (QUESTION/TAIL rows: no cross-passage zeros), materialised in fp32 at least: ``[B,
-    H, R, D]`` in q's dtype. GQA through a view of q (K and V are not repeated). A row the mask
-    leaves no key gives 0, as FlexAttention does."""
-    (b, h, n_q, d), (n_kv, n_k) = q.shape, k.shape[1:3]
-    r, dtype = rows.shape[1], torch.promote_types(q.dtype, torch.float32)
-    scale = d**-0.5 if scaling is None else scaling
-    q_rows = q.gather(2, rows[:, None, :, None].expand(b, h, r, d)).to(dtype)
-    scores = q_rows.view(b, n_kv, -1, d) @ k.to(dtype).transpose(-1, -2)
-    bias = column_log_alpha(key_segments, log_alpha).to(dtype)[:, None, None]
-    allowed = _allowed_rows(mask, rows, n_q, n_k)
-    scores = scores.view(b, h, r, n_k) * scale + bias
-    probs = scores.masked_fill(~allowed, torch.finfo(dtype).min).softmax(-1)
-    out = (probs.view(b, n_kv, -1, n_k) @ v.to(dtype)).view(b, h, r, d)  # keeps one [R, S]
-    return (out * allowed.any(-1)[..., None]).to(q.dtype)
-
-
-def _put_rows(out: torch.Tensor, rows_out: torch.Tensor, rows, valid) -> torch.Tensor:
-    """``out`` with its rows ``rows`` replaced by ``rows_out`` where ``valid`` (elsewhere kept):
-    a scatter of distinct positions, so each output row has one source and one gradient."""
-    index = rows[:, None, :, None].expand(-1, out.shape[1], -1, out.shape[3])
-    kept = torch.where(valid[:, None, :, None], rows_out, out.gather(2, index))
-    return out.scatter(2, index, kept)
-
-
 @contextlib.contextmanager
 def dynamo_enabled():
     """TorchDynamo on for the block, whatever ``TORCHDYNAMO_DISABLE`` says. The CLI and the tests
@@ -328,7 +272,7 @@ def flex_fused_heads(
             kernel_options=KERNEL_OPTIONS,
         )  # fmt: skip
     if apart and rows.shape[1]:
-        out = _put_rows(out, rows_out, rows, valid)
+        out = put_rows(out, rows_out, rows, valid)
     return out
 
 

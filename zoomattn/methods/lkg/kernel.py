@@ -90,6 +90,14 @@ def segment_ids(
     return codes if padding is None else codes.masked_fill(padding == 0, OTHER)
 
 
+def column_log_alpha(key_segments: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor:
+    """log α of each key column's passage, 0 for a non-passage column: ``[B, S]``, fp32 at least;
+    log α ``[B, P]`` gets its gradient back through the gather."""
+    slot = (key_segments + 1).clamp(min=0)  # slot 0: a zero put in front for non-passage columns
+    column = F.pad(log_alpha, (1, 0)).gather(-1, slot)
+    return column.to(torch.promote_types(log_alpha.dtype, torch.float32))
+
+
 def n_passages(segments: torch.Tensor) -> int:
     """Number of passage slots over the batch: the largest passage index + 1 (0 if none)."""
     return 0 if segments.numel() == 0 else max(int(segments.max()) + 1, 0)
