@@ -158,8 +158,8 @@ step lkg_tiles 240 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192
 # (flex.PADDING_SPANS) instead of one mask byte per score of a partial tile: against the formula
 # (right and left padding), then timed under a mask of 25% right padding, SDPA under the same
 # mask as the baseline (the step above times causal without a mask, where flex reads none); and
-# the guided rows apart there (the padding is OTHER, as the model's segments make it: no guided
-# row, so ROWS_APART materialises the question and answer rows alone, as causal)
+# the guided rows apart there (the padding is OTHER, as the model's segments make it, so the rows
+# apart are the question and answer rows alone, as without the mask)
 step lane_lkg_spans 150 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py -k padding_spans
 step lkg_spans 240 $py benchmarks/relevance_fusion.py --cuda --padded 0.25 --padding-side right \
   --lengths 4096 8192 --repeats 5 --variants sdpa flex_2of32 flex_2of32_padding_spans \

@@ -9,7 +9,7 @@ segments are computed once (the model does so once per forward); the bias paths 
 every step (the model builds one per layer); the flex paths reuse their block mask across steps as
 the model's layers do, and ``flex_all_new_mask`` builds it in every step (what one layer per
 forward would pay). ``flex_all_rows_apart`` and ``flex_2of32_rows_apart`` are those paths with
-``flex.ROWS_APART`` (the guided rows materialised apart, flex without score_mod). Three more take
+``flex.ROWS_APART`` (the guided rows computed apart, flex without score_mod). Three more take
 ``flex_2of32`` apart: ``flex_2of32_alone`` is the two fused heads' FlexAttention on its own (their
 q, K, V selected outside the step; ``_fixed_alpha``: log α without a gradient, the score_mod's
 captured-tensor gradient left out; ``_rows_apart``: with ``flex.ROWS_APART``),

@@ -241,6 +241,36 @@ def test_gradient_checkpointing_repeats_the_forward_exactly(base_tok, tok, sampl
         torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6, rtol=1e-5)
 
 
+def test_padding_as_other_leaves_every_real_token_and_gradient_as_segments_from_ids_alone(
+    monkeypatch, base_tok, tok, sampler
+):
+    """The prefill's segments make the attention mask's padding OTHER; from the ids alone,
+    training's right padding after the answer would be TAIL, a row guided by log α. No real
+    token reads a padded row, so the loss, the real tokens' logits, α and every gradient are
+    the same bit for bit; only the padded rows' own logits differ."""
+    from zoomattn.methods.lkg import model as lkg_model
+
+    batch = batch_of(tok, [single_doc(sampler, 0.75), multihop(sampler, 0.6)])
+    real = batch["attention_mask"].bool()
+    assert not real.all()
+    runs, segment_ids = [], lkg_model.segment_ids
+    for from_ids_alone in (False, True):
+        if from_ids_alone:
+            monkeypatch.setattr(lkg_model, "segment_ids", lambda ids, b, mask: segment_ids(ids, b))
+        model = attached_lkg(base_tok, tok, fusion_heads="all").train()
+        out = model(**batch)
+        out.loss.backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        runs.append((out.loss, out.logits.detach(), lkg_module(model).state.alpha, grads))
+    (loss, logits, alpha, grads), (loss_ids, logits_ids, alpha_ids, grads_ids) = runs
+    assert torch.equal(loss, loss_ids) and torch.equal(alpha, alpha_ids)
+    assert torch.equal(logits[real], logits_ids[real])
+    assert not torch.equal(logits[~real], logits_ids[~real])  # the padded rows were guided
+    assert grads.keys() == grads_ids.keys() and any("estimator" in n for n in grads)
+    for name, grad in grads.items():
+        assert torch.equal(grad, grads_ids[name]), name
+
+
 def test_attention_probes_see_the_fused_rows(base_tok, tok, sampler):
     model = attached_lkg(base_tok, tok, fusion_heads="all")
     batch = batch_of(tok, [single_doc(sampler, 0.75)], answers=False)

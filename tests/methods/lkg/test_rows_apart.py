@@ -65,20 +65,23 @@ def test_chunked_rows_equal_the_materialised_formula_in_values_and_gradients(
         torch.testing.assert_close(got.double(), want.double(), **tol, msg=name)
 
 
-def test_backward_keeps_the_rows_outputs_and_log_sum_exps_not_their_scores():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_backward_keeps_the_rows_outputs_and_log_sum_exps_not_their_scores(dtype):
     """What autograd saves beyond the layer's own tensors (q, k, v, the mask) is the gathered q
     rows, the per-column log α, the rows' indices, their fp32 outputs and log-sum-exps: no tensor
-    of R·S scores per head, where the materialised softmax kept [B, H, R, S] fp32."""
-    q, k, v, mask, rows, segments, log_alpha = inputs(torch.float32, padded=True)
+    of R·S scores per head, where the materialised softmax kept [B, H, R, S] fp32, and no fp32
+    copy of K or V, which it kept for bf16 inputs."""
+    q, k, v, mask, rows, segments, log_alpha = inputs(dtype, padded=True)
     layer_held = {t.data_ptr() for t in (q, k, v, mask)}
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         out = rows_apart.guided_rows_attention(q, k, v, mask, None, rows, segments, log_alpha)
     kept = {t.data_ptr(): t for t in saved if t.data_ptr() not in layer_held}.values()
     r = rows.shape[1]
-    assert all(t.numel() < B * H * r * L for t in kept)  # no [R, S] per head, nor all of q
+    assert all(t.numel() < B * H * r * L for t in kept)  # no [R, S] per head
+    assert not any(t.shape[-2:] == k.shape[-2:] and t.is_floating_point() for t in kept)
     kept_bytes = sum(t.untyped_storage().nbytes() for t in kept)
-    # q rows and outputs [B, H, R, D], log-sum-exps [B, H, R] in fp32; indices, log α by column
-    assert kept_bytes <= 4 * B * H * r * (2 * D + 1) + 16 * B * (L + r)
-    out.sum().backward()  # and backward runs from what was kept
+    # q rows in their dtype; outputs and log-sum-exps in fp32; indices, log α by column
+    assert kept_bytes <= B * H * r * (D * q.element_size() + 4 * D + 4) + 16 * B * (L + r)
+    out.float().sum().backward()  # and backward runs from what was kept
     assert log_alpha.grad is not None and log_alpha.grad.abs().sum() > 0

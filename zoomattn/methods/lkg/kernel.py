@@ -3,7 +3,8 @@
 Segments. Every token gets a code from the four boundary markers (``Boundary``): passage index
 k ≥ 0 from the k-th ``[d]`` through its ``[e_i]``; ``QUESTION`` from ``[q]`` through ``[e_q]``;
 ``TAIL`` for everything after ``[e_q]`` (answer cue, answer, generated tokens); ``OTHER`` for the
-rest (bos, instruction, "document :" words, left padding).
+rest (bos, instruction, "document :" words) and for every token the call's attention mask hides
+(padding, on either side).
 
 Estimator mask (``estimator_mask``): the blocked bidirectional mask of the estimator's extra
 forward. A passage's tokens see their whole passage, question tokens the whole question,
@@ -52,12 +53,12 @@ class Boundary:
 
 
 def segment_ids(
-    input_ids: torch.Tensor, boundary: Boundary, padding: torch.Tensor | None = None
+    input_ids: torch.Tensor, boundary: Boundary, attention_mask: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Segment code of every token ``[B, L]`` (module docstring), from the last opening marker
     (``[d]`` or ``[q]``) at or before each position and the last ``[e_i]`` before it: running maxima
-    over marker positions, no loop over positions. ``padding``: the call's 2-D attention mask
-    (``[B, L]``, 0 or False at padding), whose padding is then OTHER wherever it sits.
+    over marker positions, no loop over positions. ``attention_mask``: the call's 2-D mask
+    (``[B, L]``, 1 or True for a real token); every token it hides is then OTHER.
 
     Edge cases, chosen so a truncated prompt still gets usable segments: a ``[d]`` without its
     ``[e_i]`` (cut off) opens passage k up to the next ``[d]`` or ``[q]``, or to the end of the
@@ -65,11 +66,14 @@ def segment_ids(
     close (``[e_i]`` after its passage closed, ``[e_q]`` outside the question) is OTHER, one inside
     the open question is a question token; after the ``[e_q]`` that closes the question every
     token is TAIL, markers included. Passage indices count the row's ``[d]`` markers from 0.
-    Padding's id must not be a marker id. Without ``padding``, left padding (before the first
-    marker) is OTHER and right padding after ``[e_q]`` TAIL; with it, both are OTHER. The call's
-    mask hides padding as keys either way, but as query rows TAIL would be guided rows: no real
-    token reads them, and the fused path's rows apart (``flex.ROWS_APART``, and every
-    checkpointed fine-tune) would compute each of them, materialised, as a question or answer row.
+    Padding's id must not be a marker id. Without ``attention_mask``, left padding (before the
+    first marker) is OTHER and right padding after ``[e_q]`` TAIL; with it, both are OTHER. The
+    call's mask hides padding as keys either way, but as query rows TAIL would be guided rows: no
+    real token reads them, and the fused path's rows apart (``flex.ROWS_APART``, and every
+    checkpointed fine-tune) would compute each of them as a question or answer row. A mask that
+    hides tokens inside a passage or the question (the project's batches hide only padding at an
+    end) takes them out of it: out of its entropy's token count and its rankers' terms, and a
+    hidden ``[e_i]`` or ``[e_q]`` is not found (that passage keeps α = 1).
     """
     b = boundary
     is_d, is_e, is_q, is_eq = (input_ids == t for t in (b.d, b.e, b.q, b.eq))
@@ -87,7 +91,7 @@ def segment_ids(
     passage = is_d.long().cumsum(dim=-1) - 1
     codes = torch.where(in_passage, passage, OTHER)
     codes = codes.masked_fill(opened_by_q, QUESTION).masked_fill(after_question, TAIL)
-    return codes if padding is None else codes.masked_fill(padding == 0, OTHER)
+    return codes if attention_mask is None else codes.masked_fill(attention_mask == 0, OTHER)
 
 
 def column_log_alpha(key_segments: torch.Tensor, log_alpha: torch.Tensor) -> torch.Tensor:

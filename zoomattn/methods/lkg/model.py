@@ -9,8 +9,8 @@ does, for every call that comes with token ids:
 - embeddings: the ids' embeddings, with the rows of the four markers taken from ``boundary``
   (their ids may lie past the embedding matrix, which is never resized; such ids look up row 0
   before being overwritten);
-- at prefill (no cache, or an empty one): the segments of ``kernel.segment_ids``, padding OTHER
-  wherever it sits (the call's 2-D attention mask); then the
+- at prefill (no cache, or an empty one): the segments of ``kernel.segment_ids``, every token
+  the call's 2-D attention mask hides OTHER (padding, on either side); then the
   estimator pass, the same decoder called once more on the same embeddings under the blocked
   bidirectional ``estimator_mask`` (its layers record each ``[e_i]`` row's attention entropy, and
   forward hooks every layer's output at ``[e_i]`` and ``[e_q]``), giving r, c and α (eq. 5); or,
@@ -53,11 +53,11 @@ ESTIMATE = "lkg_estimate"  # attribute tagging the estimator pass's mask
 FORWARD_ARGS = ("input_ids", "attention_mask", "position_ids", "past_key_values", "inputs_embeds")
 
 
-def key_padding(kwargs: dict) -> torch.Tensor | None:
-    """The decoder call's 2-D attention mask as ``[B, L]`` bool (True = a real token); None
-    without one, or for a 4-D mask."""
-    padding = kwargs.get("attention_mask")
-    return padding.bool() if padding is not None and padding.dim() == 2 else None
+def real_tokens(kwargs: dict) -> torch.Tensor | None:
+    """The decoder call's 2-D attention mask as ``[B, L]`` bool, True for a real token; None
+    without one, or for a 4-D mask (whose padding then keeps the segments of its ids)."""
+    mask = kwargs.get("attention_mask")
+    return mask.bool() if mask is not None and mask.dim() == 2 else None
 
 
 class LkgState:
@@ -213,7 +213,8 @@ class LkgModule(nn.Module):
     def _prefill(self, decoder, ids: torch.Tensor, kwargs: dict) -> None:
         st = self.state
         st.reset()
-        segments = segment_ids(ids, st.boundary, key_padding(kwargs))
+        real = real_tokens(kwargs)
+        segments = segment_ids(ids, st.boundary, real)
         st.query_segments = st.key_segments = segments
         n = n_passages(segments)
         if n == 0:
@@ -222,7 +223,7 @@ class LkgModule(nn.Module):
         if cfg.estimator == "reranker":
             alpha = self._reranked(ids, segments, n)[:, None].expand(-1, st.n_layers, -1)
         elif self.runs_estimator():
-            alpha = self._estimate(decoder, ids, segments, n, kwargs)
+            alpha = self._estimate(decoder, ids, segments, n, real, kwargs)
         else:
             return
         st.alpha = alpha
@@ -241,7 +242,7 @@ class LkgModule(nn.Module):
                 alpha[b, :n_row] = torch.tensor(normalised(rank(question, passages)))
         return alpha
 
-    def _estimate(self, decoder, ids, segments, n: int, kwargs: dict) -> torch.Tensor:
+    def _estimate(self, decoder, ids, segments, n: int, real, kwargs: dict) -> torch.Tensor:
         """The estimator pass: r, c (kept in the state) and α ``[B, Lyr, P]``."""
         st, cfg = self.state, self.cfg
         b_idx = torch.arange(ids.shape[0], device=ids.device)
@@ -249,7 +250,7 @@ class LkgModule(nn.Module):
         q_end, q_valid = self._positions(ids, segments, 1, st.boundary.eq, lambda s: s == QUESTION)
         st.ends, st.passage_valid = ends, valid & q_valid
         st.in_passage = segments[:, None, :] == torch.arange(n, device=ids.device)[None, :, None]
-        mask = estimator_mask(segments, key_padding(kwargs))
+        mask = estimator_mask(segments, real)
         setattr(mask, ESTIMATE, True)
         at_ends: list[tuple[torch.Tensor, torch.Tensor]] = []
 

@@ -18,7 +18,9 @@ from torch.autograd.function import once_differentiable
 
 from zoomattn.methods.lkg.kernel import QUESTION, column_log_alpha
 
-CHUNK_BYTES = 64 * 2**20  # one chunk's fp32 scores [B, H, rows, S], and as much again in backward
+# one chunk's scores [B, H, rows, S] in the computation's dtype (computed in place): forward and
+# backward each hold about two such at once (logsumexp's exponentials; the scores' gradient)
+CHUNK_BYTES = 64 * 2**20
 
 
 def guided_rows(query_segments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
@@ -62,10 +64,10 @@ def guided_rows_attention(q, k, v, mask, scaling, rows, key_segments, log_alpha)
     return _GuidedRows.apply(q_rows, k, v, bias, mask, rows, n_q, scale).to(q.dtype)
 
 
-def _chunks(b: int, h: int, r: int, s: int):
-    """Slices of the R rows whose fp32 scores ``[B, H, rows, S]`` take ``CHUNK_BYTES`` at most
-    (one row at least)."""
-    step = max(1, CHUNK_BYTES // (4 * b * h * s))
+def _chunks(b: int, h: int, r: int, s: int, itemsize: int = 4):
+    """Slices of the R rows whose scores ``[B, H, rows, S]`` take ``CHUNK_BYTES`` at most (one
+    row at least)."""
+    step = max(1, CHUNK_BYTES // (itemsize * b * h * s))
     return [slice(start, start + step) for start in range(0, r, step)]
 
 
@@ -73,10 +75,8 @@ def _probabilities(q_rows, k, bias, allowed, scale, lse=None):
     """One chunk's probabilities ``[B, H, rows, S]`` in k's dtype, and the rows' log-sum-exps
     (those given, else computed). A row with no allowed key has every probability 0."""
     (b, h, rc, d), n_kv = q_rows.shape, k.shape[1]
-    scores = q_rows.to(k.dtype).reshape(b, n_kv, -1, d) @ k.transpose(-1, -2)
-    scores = (scores.view(b, h, rc, -1) * scale + bias[:, None, None]).masked_fill_(
-        ~allowed, float("-inf")
-    )
+    scores = (q_rows.to(k.dtype).reshape(b, n_kv, -1, d) @ k.transpose(-1, -2)).view(b, h, rc, -1)
+    scores.mul_(scale).add_(bias[:, None, None]).masked_fill_(~allowed, float("-inf"))
     if lse is None:
         lse = torch.logsumexp(scores, dim=-1)
     finite = torch.where(lse.isfinite(), lse, 0.0)  # no key: exp(−inf) = 0 everywhere
@@ -95,10 +95,12 @@ class _GuidedRows(torch.autograd.Function):
         k_f, v_f = k.to(bias.dtype), v.to(bias.dtype)
         out = torch.empty(b, h, r, d, dtype=bias.dtype, device=q_rows.device)
         lse = torch.empty(b, h, r, dtype=bias.dtype, device=q_rows.device)
-        for part in _chunks(b, h, r, s):
+        for part in _chunks(b, h, r, s, bias.element_size()):
             allowed = allowed_rows(mask, rows[:, part], n_q, s)
-            probs, lse[:, :, part] = _probabilities(q_rows[:, :, part], k_f, bias, allowed, scale)
+            probs, lse_part = _probabilities(q_rows[:, :, part], k_f, bias, allowed, scale)
             out[:, :, part] = (probs.view(b, n_kv, -1, s) @ v_f).view(b, h, -1, d)
+            lse[:, :, part] = lse_part
+            del probs  # before the next chunk's scores
         ctx.save_for_backward(q_rows, k, v, bias, mask, rows, out, lse)
         ctx.n_q, ctx.scale = n_q, scale
         return out
@@ -112,7 +114,7 @@ class _GuidedRows(torch.autograd.Function):
         delta = (d_out * out).sum(-1)  # FlashAttention's Δ: rowsum(dO ∘ O)
         d_q = torch.empty(b, h, r, d, dtype=bias.dtype, device=q_rows.device)
         d_k, d_v, d_bias = torch.zeros_like(k_f), torch.zeros_like(v_f), torch.zeros_like(bias)
-        for part in _chunks(b, h, r, s):
+        for part in _chunks(b, h, r, s, bias.element_size()):
             allowed = allowed_rows(mask, rows[:, part], ctx.n_q, s)
             q_part, g_part, lse_part = q_rows[:, :, part], d_out[:, :, part], lse[:, :, part]
             probs, _ = _probabilities(q_part, k_f, bias, allowed, scale, lse_part)
@@ -120,10 +122,12 @@ class _GuidedRows(torch.autograd.Function):
             q_part = q_part.to(bias.dtype).reshape(b, n_kv, -1, d)
             d_v += probs.transpose(-1, -2) @ g_part
             d_scores = (g_part @ v_f.transpose(-1, -2)).view(b, h, -1, s)
-            d_scores = probs.view_as(d_scores) * (d_scores - delta[:, :, part, None])
+            d_scores.sub_(delta[:, :, part, None]).mul_(probs.view_as(d_scores))
+            del probs
             d_bias += d_scores.sum((1, 2))
             d_scores = d_scores.view(b, n_kv, -1, s)
             d_q[:, :, part] = (d_scores @ k_f).view(b, h, -1, d) * scale
             d_k += d_scores.transpose(-1, -2) @ q_part * scale
+            del d_scores
         grads = (d_q.to(q_rows.dtype), d_k.to(k.dtype), d_v.to(v.dtype), d_bias)
         return (*grads, None, None, None, None)
