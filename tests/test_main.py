@@ -189,6 +189,7 @@ def test_a_stage_job_logs_the_cpu_it_ran_on(monkeypatch, caplog):
     world.__signature__ = inspect.signature(data.world)
     monkeypatch.setattr(data, "world", world)
     monkeypatch.setattr(cli, "claim_for_spec", lambda spec: None)
+    monkeypatch.setenv(cli.ENV_RUN_CONTEXT, "{}")  # restored after the CLI sets it
     caplog.set_level("INFO", logger="zoomattn")
     run_stage(["world", "--spec", "{}", "--results", "unused", "--out", "unused"])
     assert ran == ["world"]

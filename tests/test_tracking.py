@@ -341,3 +341,41 @@ def test_a_copied_project_logs_new_artifacts_into_its_own_results_and_leaves_the
         assert [f.path for f in client.list_artifacts(run_id)] == ["note.txt"]
     exp = client.get_experiment_by_name("zoomattn-smoke")
     assert exp.artifact_location == (b.resolve() / "mlartifacts/smoke").as_uri()
+
+
+def test_a_stage_jobs_run_names_the_cpu_it_ran_on_and_keeps_a_context_already_set(
+    store, monkeypatch
+):
+    """A CPU run's metrics depend on the CPU type: the CLI tags every run a stage starts with it
+    (MLflow's run context, set outside every stage's code hash), beside what a user's
+    MLFLOW_RUN_CONTEXT already asked for."""
+    import inspect
+
+    import mlflow
+
+    import zoomattn.__main__ as cli
+    from zoomattn.stages import data
+    from zoomattn.tracking import job_run
+
+    runs = []
+
+    def world(spec, results, out):  # a stage that only opens its job's run
+        with job_run({"preset": "smoke"}, "world", "w", results):
+            runs.append(mlflow.active_run().info.run_id)
+
+    world.__signature__ = inspect.signature(data.world)
+    monkeypatch.setattr(data, "world", world)
+    monkeypatch.setattr(cli, "claim_for_spec", lambda spec: None)
+    monkeypatch.setenv(cli.ENV_RUN_CONTEXT, json.dumps({"site": "lab-a"}))
+    cli.run_stage(["world", "--spec", "{}", "--results", str(store), "--out", "unused"])
+    tags = _client(store).get_run(runs[0]).data.tags
+    assert tags[cli.TAG_CPU] == cli.cpu_description() and tags["site"] == "lab-a"
+    assert tags["zoomattn.stage"] == "world"  # the job's own tags are there too
+
+
+def test_a_run_context_that_is_not_json_stops_the_job_naming_the_variable(monkeypatch):
+    import zoomattn.__main__ as cli
+
+    monkeypatch.setenv(cli.ENV_RUN_CONTEXT, "{site: lab-a")
+    with pytest.raises(SystemExit, match="MLFLOW_RUN_CONTEXT is not JSON"):
+        cli.tag_every_run({cli.TAG_CPU: "x"})

@@ -25,6 +25,10 @@ from zoomattn.gpus import claim_for_spec
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
 ENV_RESULTS = "ZOOMATTN_RESULTS"  # the default of every --results
+# MLflow's own run context: JSON tags that every run a process starts gets (mlflow
+# SystemEnvironmentContext)
+ENV_RUN_CONTEXT = "MLFLOW_RUN_CONTEXT"
+TAG_CPU = "zoomattn.cpu"
 STAGES = stages.STAGES  # stage -> its function (zoomattn/stages: the one table of them)
 
 
@@ -269,15 +273,28 @@ def run_stage(argv: list[str]) -> None:
     spec_file = args.pop("spec_file", None)
     args["spec"] = json.loads(spec_file.read_text() if spec_file else args["spec"])
     claim_for_spec(args["spec"])  # before the stage can initialise CUDA, which reads the cards once
-    logging.getLogger("zoomattn").info("cpu: %s", cpu_description())
+    cpu = cpu_description()
+    logging.getLogger("zoomattn").info("cpu: %s", cpu)
+    tag_every_run({TAG_CPU: cpu})
     stages.function(stage)(**args)
+
+
+def tag_every_run(tags: dict[str, str]) -> None:
+    """Tags for every MLflow run this process (and its children) starts, through MLflow's run
+    context variable, merged into one already set. Here, outside every stage's code hash, so
+    that adding a tag reruns no job."""
+    try:
+        context = json.loads(os.environ.get(ENV_RUN_CONTEXT) or "{}")
+    except json.JSONDecodeError as err:
+        sys.exit(f"zoomattn: {ENV_RUN_CONTEXT} is not JSON ({err}); MLflow reads it as run tags")
+    os.environ[ENV_RUN_CONTEXT] = json.dumps({**context, **tags})
 
 
 def cpu_description() -> str:
     """The CPU's model and the vector instructions torch's CPU kernels take on it, for the job's
-    log: the same computation rounds differently on another CPU type, and over a fine-tune the
-    difference grows into other metrics (docs/results.md §9). Here, outside every stage's code
-    hash, so that recording it reruns no job."""
+    log and its MLflow runs (``zoomattn.cpu``): the same computation rounds differently on another
+    CPU type, and over a fine-tune the difference grows into other metrics (docs/results.md §9).
+    Here, outside every stage's code hash, so that recording it reruns no job."""
     import platform
 
     import torch
