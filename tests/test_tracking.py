@@ -373,9 +373,12 @@ def test_a_stage_jobs_run_names_the_cpu_it_ran_on_and_keeps_a_context_already_se
     assert tags["zoomattn.stage"] == "world"  # the job's own tags are there too
 
 
-def test_a_run_context_that_is_not_json_stops_the_job_naming_the_variable(monkeypatch):
+@pytest.mark.parametrize("value", ["{site: lab-a", "[]", "null"])
+def test_a_run_context_that_is_no_json_object_stops_the_job_naming_the_variable(
+    monkeypatch, value
+):
     import zoomattn.__main__ as cli
 
-    monkeypatch.setenv(cli.ENV_RUN_CONTEXT, "{site: lab-a")
-    with pytest.raises(SystemExit, match="MLFLOW_RUN_CONTEXT is not JSON"):
+    monkeypatch.setenv(cli.ENV_RUN_CONTEXT, value)
+    with pytest.raises(SystemExit, match="MLFLOW_RUN_CONTEXT is not a JSON object"):
         cli.tag_every_run({cli.TAG_CPU: "x"})

@@ -280,13 +280,16 @@ def run_stage(argv: list[str]) -> None:
 
 
 def tag_every_run(tags: dict[str, str]) -> None:
-    """Tags for every MLflow run this process (and its children) starts, through MLflow's run
-    context variable, merged into one already set. Here, outside every stage's code hash, so
-    that adding a tag reruns no job."""
+    """Tags for every run that ``mlflow.start_run`` creates in this process and its children (a
+    stage's job runs: ``tracking.job_run``), through MLflow's run context variable, merged into
+    one already set; a value that is no JSON object stops the job (MLflow alone would warn and
+    drop it). Here, outside every stage's code hash, so that adding a tag reruns no job."""
     try:
         context = json.loads(os.environ.get(ENV_RUN_CONTEXT) or "{}")
-    except json.JSONDecodeError as err:
-        sys.exit(f"zoomattn: {ENV_RUN_CONTEXT} is not JSON ({err}); MLflow reads it as run tags")
+    except json.JSONDecodeError:
+        context = None
+    if not isinstance(context, dict):
+        sys.exit(f"zoomattn: {ENV_RUN_CONTEXT} is not a JSON object of run tags")
     os.environ[ENV_RUN_CONTEXT] = json.dumps({**context, **tags})
 
 

@@ -7,8 +7,9 @@ mask)·v for R query rows of each batch row, in fp32 at least, ``CHUNK_BYTES`` o
 time, and keeps for backward what FlashAttention keeps: the rows' output (fp32) and their
 log-sum-exps, beside q's rows and the tensors the layer holds anyway (k, v, the mask). Backward
 computes each chunk's probabilities again from them. Through autograd, the materialised softmax
-kept ``[B, H, R, S]`` fp32 probabilities and fp32 copies of K and V per layer (~100 MiB + 32 MiB
-with every head fused at R = 200, S = 4096); this keeps ``[B, H, R, D + 1]`` fp32.
+kept ``[B, H, R, S]`` fp32 probabilities per layer, and fp32 copies of K and V for bf16 inputs
+(~100 MiB + 32 MiB with every head fused at R = 200, S = 4096); this keeps ``[B, H, R, D + 1]``
+fp32 (``benchmarks/lkg_kept_memory.py``).
 """
 
 from __future__ import annotations
