@@ -374,9 +374,7 @@ def test_a_stage_jobs_run_names_the_cpu_it_ran_on_and_keeps_a_context_already_se
 
 
 @pytest.mark.parametrize("value", ["{site: lab-a", "[]", "null"])
-def test_a_run_context_that_is_no_json_object_stops_the_job_naming_the_variable(
-    monkeypatch, value
-):
+def test_a_run_context_that_is_no_json_object_stops_the_job_naming_the_variable(monkeypatch, value):
     import zoomattn.__main__ as cli
 
     monkeypatch.setenv(cli.ENV_RUN_CONTEXT, value)
