@@ -9,7 +9,7 @@ log-sum-exps, beside q's rows and the tensors the layer holds anyway (k, v, the 
 computes each chunk's probabilities again from them. Through autograd, the materialised softmax
 kept ``[B, H, R, S]`` fp32 probabilities per layer, and fp32 copies of K and V for bf16 inputs
 (~100 MiB + 32 MiB with every head fused at R = 200, S = 4096); this keeps ``[B, H, R, D + 1]``
-fp32 (``benchmarks/lkg_kept_memory.py``).
+fp32 (``benchmarks/lkg_rows_apart.py``).
 """
 
 from __future__ import annotations
