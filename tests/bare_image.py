@@ -6,9 +6,12 @@ package list against requirements.lock, 2026-11-27). Installing ours there takes
 session's few device minutes, so ``benchmarks/gpu_checks.sh`` runs every step that needs none of
 them on the bare image, and names the others skipped. Here each of them is hidden (found by
 neither an import nor ``importlib.util.find_spec``, as an absent package), so a test can run a
-step's command as the image would and catch a new import that would fail only there. What this
-cannot show: the image's transformers and peft are older than ours (transformers 5.17 against
-5.23 when measured).
+step's command as the image would and catch a new import that would fail only there. Child
+processes hide them too (a benchmark's measuring child, torchrun's workers, a test's subprocess):
+``main`` sets ``ZOOMATTN_BARE_IMAGE`` and puts ``bare_image_site`` (a ``sitecustomize``) first on
+``PYTHONPATH``; a child whose environment is built from scratch, without them, sees every package.
+What this cannot show: the image's transformers and peft are older than ours (transformers 5.17
+against 5.23 when measured).
 
     python -m tests.bare_image benchmarks/rectified_triton.py --smoke ...
     python -m tests.bare_image -m pytest tests/gpu/...
@@ -25,6 +28,8 @@ import runpy
 import sys
 
 RUN = [sys.executable, "-m", "tests.bare_image"]  # then a script, ``-m`` module or ``-c`` code
+SWITCH = "ZOOMATTN_BARE_IMAGE"  # "1": a process started with SITE first on its path hides them
+SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bare_image_site")
 ABSENT = (
     "bitsandbytes",
     "datasets",
@@ -67,8 +72,16 @@ def hide() -> None:
     sys.meta_path.insert(0, _Hidden())
 
 
+def hide_in_children() -> None:
+    """Every process this one starts with its environment hides them too (``bare_image_site``)."""
+    os.environ[SWITCH] = "1"
+    path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = SITE + (os.pathsep + path if path else "")
+
+
 def main(argv: list[str]) -> None:
     hide()
+    hide_in_children()
     if argv[:1] == ["-c"]:
         sys.argv = ["-c", *argv[2:]]
         exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
