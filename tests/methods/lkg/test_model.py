@@ -1,3 +1,4 @@
+import functools
 import json
 
 import pytest
@@ -227,12 +228,32 @@ def test_reranker_guidance_needs_no_estimator_pass(base_tok, tok, sampler):
     assert len(calls) == 3 and lkg_module(layerwise).state.estimator_passes == 1
 
 
-def test_gradient_checkpointing_repeats_the_forward_exactly(base_tok, tok, sampler):
+def _checkpointing_the_layers_calls(monkeypatch, model):
+    """Each decoder layer checkpointed around ``__call__``, its forward hooks inside the
+    checkpoint, as transformers 5.17 checkpoints (5.23 checkpoints ``forward``)."""
+    layer_type = type(model.model.layers[0])
+
+    def checkpointed_call(self, *args, **kwargs):
+        kwargs = {**kwargs, "use_cache": False, "past_key_values": None}  # as transformers does
+        call = functools.partial(torch.nn.Module.__call__, self, **kwargs)
+        return torch.utils.checkpoint.checkpoint(call, *args, use_reentrant=False)
+
+    monkeypatch.setattr(layer_type, "__call__", checkpointed_call)
+
+
+@pytest.mark.parametrize("hooks", ["outside_the_checkpoint", "inside_the_checkpoint"])
+def test_gradient_checkpointing_repeats_the_forward_exactly(
+    monkeypatch, base_tok, tok, sampler, hooks
+):
+    """The estimator pass's hooks on the layers (their outputs at [e_i] and [e_q]) are gone when
+    backward recomputes a layer, so what they save must not be the checkpoint's."""
     batch = batch_of(tok, [single_doc(sampler, 0.75), multihop(sampler, 0.6)])
     grads = []
     for checkpointing in (False, True):
         model = attached_lkg(base_tok, tok, fusion_heads="all").train()
-        if checkpointing:
+        if checkpointing and hooks == "inside_the_checkpoint":
+            _checkpointing_the_layers_calls(monkeypatch, model)
+        elif checkpointing:
             model.gradient_checkpointing_enable({"use_reentrant": False})
         model(**batch).loss.backward()
         grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})

@@ -53,6 +53,10 @@ ESTIMATE = "lkg_estimate"  # attribute tagging the estimator pass's mask
 FORWARD_ARGS = ("input_ids", "attention_mask", "position_ids", "past_key_values", "inputs_embeds")
 
 
+def _same(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
 def real_tokens(kwargs: dict) -> torch.Tensor | None:
     """The decoder call's 2-D attention mask as ``[B, L]`` bool, True for a real token; None
     without one, or for a 4-D mask (whose padding then keeps the segments of its ids)."""
@@ -256,7 +260,10 @@ class LkgModule(nn.Module):
 
         def keep(module, args, out):  # each layer's output at the [e_i] and [e_q] rows only
             out = out[0] if isinstance(out, tuple) else out
-            at_ends.append((out[b_idx[:, None], ends], out[b_idx, q_end[:, 0]]))
+            # saved by plain autograd, not by an activation checkpoint around the hook, whose
+            # recomputation runs without it (transformers 5.17: docs/notes.md §9)
+            with torch.autograd.graph.saved_tensors_hooks(_same, _same):
+                at_ends.append((out[b_idx[:, None], ends], out[b_idx, q_end[:, 0]]))
 
         hooks = [layer.register_forward_hook(keep) for layer in decoder.layers]
         st.in_estimate = True
