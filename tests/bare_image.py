@@ -9,7 +9,8 @@ neither an import nor ``importlib.util.find_spec``, as an absent package), so a 
 step's command as the image would and catch a new import that would fail only there. Child
 processes hide them too (a benchmark's measuring child, torchrun's workers, a test's subprocess):
 ``main`` sets ``ZOOMATTN_BARE_IMAGE`` and puts ``bare_image_site`` (a ``sitecustomize``) first on
-``PYTHONPATH``; a child whose environment is built from scratch, without them, sees every package.
+``PYTHONPATH``; a child whose environment drops either (built from scratch, or given a
+``PYTHONPATH`` of its own), or that Python starts isolated (``-I``, ``-E``), sees every package.
 What this cannot show: the image's transformers and peft are older than ours (transformers 5.17
 against 5.23 when measured).
 

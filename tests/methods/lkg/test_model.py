@@ -241,7 +241,7 @@ def _checkpointing_the_layers_calls(monkeypatch, model):
     monkeypatch.setattr(layer_type, "__call__", checkpointed_call)
 
 
-@pytest.mark.parametrize("hooks", ["outside_the_checkpoint", "inside_the_checkpoint"])
+@pytest.mark.parametrize("hooks", ["where_transformers_puts_them", "inside_the_checkpoint"])
 def test_gradient_checkpointing_repeats_the_forward_exactly(
     monkeypatch, base_tok, tok, sampler, hooks
 ):

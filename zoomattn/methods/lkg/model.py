@@ -260,8 +260,9 @@ class LkgModule(nn.Module):
 
         def keep(module, args, out):  # each layer's output at the [e_i] and [e_q] rows only
             out = out[0] if isinstance(out, tuple) else out
-            # saved by plain autograd, not by an activation checkpoint around the hook, whose
-            # recomputation runs without it (transformers 5.17: docs/notes.md §9)
+            # what indexing saves (the index tensors, never edited in place: identity hooks skip
+            # autograd's version check) is kept as is, not by an activation checkpoint around the
+            # hook, whose recomputation runs without it (transformers 5.17: docs/notes.md §9)
             with torch.autograd.graph.saved_tensors_hooks(_same, _same):
                 at_ends.append((out[b_idx[:, None], ends], out[b_idx, q_end[:, 0]]))
 
