@@ -2,13 +2,22 @@
 layer's flex call runs again in backward, and the guided rows go apart there
 (``flex.APART_UNDER_CHECKPOINTING``), since PyTorch 2.13's eager flex gives a tensor its score_mod
 captures a wrong gradient when the call is recomputed (methods/lkg/flex.py). The compiled kernel,
-CUDA's, is the gpu lane's test (tests/gpu/test_lkg_flex_on_cuda.py)."""
+CUDA's, is the gpu lane's test (tests/gpu/test_lkg_flex_on_cuda.py); it passed on an H200, so
+compiled calls keep log α in the score_mod under checkpointing."""
 
 import pytest
 import torch
+import torch.nn.attention.flex_attention as flex_api
 
 from tests.methods.lkg.helpers import batch_of
-from tests.methods.lkg.test_flex import cpu_backward, rows_apart, trained  # noqa: F401 (fixtures)
+from tests.methods.lkg.test_flex import (  # noqa: F401 (fixtures)
+    SCALE,
+    SEGMENTS,
+    _inputs,
+    cpu_backward,
+    rows_apart,
+    trained,
+)
 from zoomattn.attention import kernels
 from zoomattn.data.tasks import multihop, single_doc
 from zoomattn.methods.lkg import flex
@@ -81,3 +90,21 @@ def test_the_rows_apart_of_a_right_padded_batch_are_its_question_and_answer_rows
     trained(monkeypatch, kernels.FUSED, base_tok, tok, batch, checkpointing=True)
     assert widths and set(widths) == {int((guided & real).sum(-1).max())}
     assert widths[0] < int(guided.sum(-1).max())
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_only_eager_flex_takes_the_guided_rows_apart_under_checkpointing(compiled, monkeypatch):
+    """A checkpointed call with log α training: eager flex (the CPU's) computes the guided rows
+    apart; a compiled call (CUDA's kernel, free of the fault on an H200) keeps the score_mod. On the
+    CPU the eager kernel stands in for the compiled one."""
+    monkeypatch.setattr(flex, "ROWS_APART", False)
+    monkeypatch.setattr(flex, "compiled_flex_attention", lambda autotune: flex_api.flex_attention)
+    calls, real = [], flex.guided_rows_attention
+    monkeypatch.setattr(flex, "guided_rows_attention", lambda *a: calls.append(1) or real(*a))
+    (q, k, v), log_alpha = _inputs()
+    out = flex.flex_relevance_attention(
+        q, k, v, None, SCALE, [1, 2], SEGMENTS, SEGMENTS, log_alpha,
+        compiled=compiled, checkpointed=True,
+    )  # fmt: skip
+    assert out.shape == q.shape
+    assert len(calls) == (0 if compiled else 1)

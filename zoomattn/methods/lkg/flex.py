@@ -36,20 +36,24 @@ whose backward keeps their outputs and log-sum-exps, not their scores), and put 
 α's gradient is then an ordinary sum. Only where log α trains (grad enabled, log α requiring
 it): evaluation and generation keep the score_mod, which costs no atomics without a gradient.
 Padding is no guided row (the model's segments make it OTHER: ``kernel.segment_ids``), so
-training's right padding after the answer goes through flex with the other rows. Off until a
-GPU run shows it faster than the score_mod path (steps lkg_heads, causal; lkg_spans,
-right-padded).
+training's right padding after the answer goes through flex with the other rows. Off: on an
+H200 under 25 % right padding (step lkg_spans, 2026-11-27) it was slower than the score_mod at
+4096 tokens (1.3× its time with 2 of 32 heads fused, 1.7× with every head) and faster at 8192
+(0.87×, 0.36×).
 
-Under activation checkpointing the guided rows always go apart where log α trains
-(``APART_UNDER_CHECKPOINTING``; the model says when: ``LkgState.checkpointed``). A checkpointed
-layer's call runs again in backward, and PyTorch 2.13's eager flex then gives a captured tensor
-that requires grad a wrong gradient, read from uninitialised memory (from 9e-43 to 7e29 where 0.77
-was due, in runs of a minimal case): through log α the estimator's gradient vanishes or explodes,
-and exploding, shrinks every other gradient under clipping. The rows-apart path has no captured
-tensor that requires grad, and gives the gradients of the run without checkpointing
-(tests/methods/lkg/test_flex_checkpointing.py). Whether the compiled kernel, CUDA's, has the
-fault is the gpu lane's test
-``test_compiled_flex_fusion_under_activation_checkpointing_gives_every_gradient``.
+Under activation checkpointing eager flex (the CPU's) takes the guided rows apart where log α
+trains (``APART_UNDER_CHECKPOINTING``; the model says when: ``LkgState.checkpointed``). A
+checkpointed layer's call runs again in backward, and PyTorch 2.13's eager flex then gives a
+captured tensor that requires grad a wrong gradient, read from uninitialised memory (from 9e-43 to
+7e29 where 0.77 was due, in runs of a minimal case): through log α the estimator's gradient
+vanishes or explodes, and exploding, shrinks every other gradient under clipping. The rows-apart
+path has no captured tensor that requires grad, and gives the gradients of the run without
+checkpointing (tests/methods/lkg/test_flex_checkpointing.py). The compiled kernel, CUDA's, is
+free of the fault: on an H200 (torch 2.11, 2026-11-27) the gpu lane's
+``test_compiled_flex_fusion_under_activation_checkpointing_gives_every_gradient`` gave log α's,
+q's, k's and v's gradients of the call without checkpointing with log α in the score_mod. So
+compiled calls keep the score_mod there, which at 4096 tokens (the paper preset's LKG-RALM) was
+23 % faster than the rows apart (docs/kernels.md).
 """
 
 from __future__ import annotations
@@ -74,12 +78,12 @@ DYNAMO_SWITCH = "TORCHDYNAMO_DISABLE"
 # prefill/decoding, head count and dtype met in a job. Past dynamo's default of 8, it would fall
 # back to the eager flex_attention, which materialises the scores.
 GRAPHS = 64
-ROWS_APART = False  # the guided rows computed apart (module docstring); not yet timed on a GPU
-# Under activation checkpointing (a fine-tune's ``gradient_checkpointing``) the guided rows go apart
-# whatever ROWS_APART says, where log α trains: PyTorch 2.13's eager flex gives a captured tensor a
-# garbage gradient when the call is recomputed in backward (the module docstring), and no GPU has
-# yet shown the compiled kernel free of it. Apart, no captured tensor requires grad. Off again
-# only once the gpu lane's checkpointing test passes on CUDA.
+ROWS_APART = False  # the guided rows computed apart (module docstring): on an H200 slower at 4096
+# Under activation checkpointing (a fine-tune's ``gradient_checkpointing``) eager flex takes the
+# guided rows apart whatever ROWS_APART says, where log α trains: PyTorch 2.13's eager flex gives a
+# captured tensor a garbage gradient when the call is recomputed in backward (the module
+# docstring). Apart, no captured tensor requires grad. The compiled kernel has no such fault (the
+# gpu lane's checkpointing test, on an H200), so compiled calls ignore this.
 APART_UNDER_CHECKPOINTING = True
 # FlexAttention's kernel options (torch's FlexKernelOptions: tiles, warps and stages, per pass with
 # the prefixes fwd_ and bwd_); None: torch's defaults for the card. On sm_90 (torch 2.13) those
@@ -98,9 +102,11 @@ FEW_HEADS_TILES = {
 # ``mask_mod`` as each batch row's span of real keys (``tile_ranges.padding_spans``: a host sync
 # per mask, once per forward) instead of one byte of the ``[B, 1, L, S]`` mask per score of every
 # partial tile, and nearly every tile LKG-RALM computes is partial (passages of ~100 tokens
-# against 128-token tiles). Any other mask is read as before. Off until a GPU times it (step
-# lkg_spans of benchmarks/gpu_checks.sh).
-PADDING_SPANS = False
+# against 128-token tiles). Any other mask is read as before. On since the H200 timed it under 25 %
+# right padding (2026-11-27, step lkg_spans of benchmarks/gpu_checks.sh): 2 of 32 heads fused,
+# forward + backward 4 % / 8 % faster at 4096 / 8192 tokens, the two heads' flex call alone 16 % /
+# 12 %.
+PADDING_SPANS = True
 # Compile flex with inductor's max-autotune: the first call of each shape times torch's candidate
 # tiles and keeps the fastest (minutes of compiling per shape). Off: a benchmark's question.
 AUTOTUNE = False
@@ -246,13 +252,13 @@ def flex_fused_heads(
 ) -> torch.Tensor:  # fmt: skip
     """Every head of q fused: FlexAttention with GQA in the kernel. ``compiled`` defaults to
     q being on CUDA; ``checkpointed``: the call runs under activation checkpointing (recomputed in
-    backward), where the guided rows go apart (``APART_UNDER_CHECKPOINTING``)."""
+    backward), where eager flex takes the guided rows apart (``APART_UNDER_CHECKPOINTING``)."""
     compiled = q.is_cuda if compiled is None else compiled
     attend = compiled_flex_attention(AUTOTUNE) if compiled else flex_attention
     segments = (query_segments, key_segments, mask)
     _check_slots(*segments, log_alpha.shape[-1])
     # apart only where log α trains: without its gradient flex's score_mod costs no atomics
-    apart = ROWS_APART or (checkpointed and APART_UNDER_CHECKPOINTING)
+    apart = ROWS_APART or (checkpointed and not compiled and APART_UNDER_CHECKPOINTING)
     apart = apart and torch.is_grad_enabled() and log_alpha.requires_grad
     if apart:
         rows, valid, every_row = _layouts.get("rows", segments, lambda: guided_rows(query_segments))

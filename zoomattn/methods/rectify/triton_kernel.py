@@ -77,20 +77,24 @@ from zoomattn.methods.rectify.triton_tiles import G_KINDS, tile_scores
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # A causal mask with padding (right: training's batches; left: generation's prompts) passed as
 # each batch row's span of real keys (tile_ranges.padding_spans), not as bytes the kernels load
-# per tile; off until a GPU times it.
-PADDING_SPANS = False
+# per tile. On since the H200 timed it (2026-11-27, docs/kernels.md): forward + backward at 25 %
+# padding 10 % / 23 % faster at 4096 / 8192 tokens right-padded, 19 % / 21 % left-padded.
+PADDING_SPANS = True
 # what the kernels derive from a mask (its key spans, the tile ranges), for every layer of one
 # forward: the model passes each layer the same mask tensor
 _from_mask = SameTensors()
 # dK/dV's tiles computed as [keys, queries], k·qᵀ, as Triton's fused-attention tutorial and
 # FlashAttention-2 compute them: P and dZ then enter Pᵀ·dO and dZᵀ·Q as they are, where the
 # [queries, keys] tile is transposed in registers (through shared memory) three times per tile.
-# Off until a GPU times it.
-KV_KEYS_AS_ROWS = False
+# On since the H200 timed it (2026-11-27) at 25 % left padding: 128 keys per tile, 3 % / 9 %
+# faster at 4096 / 8192 tokens with PADDING_SPANS, 3 % / 12 % with the mask's bytes; causal and
+# right padding were not timed (docs/kernels.md).
+KV_KEYS_AS_ROWS = True
 # dZ and dZ ∘ g′ in two parts, hi + lo, in their products with Q, U and K (on), or rounded once as
 # FlashAttention rounds dS (off: those products halved, the backward loops 9-15 % shorter at sm_90,
-# the gradients' bf16 error ~1.4× this setting's at 128 tokens; module docstring). On until a GPU
-# times it.
+# the gradients' bf16 error ~1.4× this setting's at 128 tokens; module docstring). Stays on: on the
+# H200 (2026-11-27) rounding once was 0–7 % faster padded and 10 % causal at 8192 tokens, too
+# little for that error.
 SPLIT_SCORE_GRADIENTS = True
 
 
@@ -152,12 +156,13 @@ def _tiles(head_dim: int, device: torch.device) -> dict[str, tuple[int, int, int
     tokens under a left-padding mask; docs/kernels.md): 9.2 ms forward + backward against 15.5 ms
     for the table before it, which an offline sm_90 compile had chosen. Four warps won at every
     kernel; the dQ/dU tile then spilled 96 bytes under a mask and was still the fastest (8 since
-    its products accumulate in place). With ``KV_KEYS_AS_ROWS`` dK/dV takes 64 keys, the rows a
-    warpgroup MMA needs (untimed: docs/kernels.md). Elsewhere (Triton's interpreter) 16×16, so
-    short test sequences span several tiles."""
+    its products accumulate in place). With ``KV_KEYS_AS_ROWS`` dK/dV takes 128 keys at 8 warps,
+    rows a warpgroup MMA takes: the faster of the two such tiles the H200 timed (64 keys at 4 warps
+    spills with PADDING_SPANS). Elsewhere (Triton's interpreter) 16×16, so short test sequences
+    span several tiles."""
     if device.type != "cuda":
         return dict.fromkeys(("forward", "kv", "q", "decode"), (16, 16, 1, 1))
-    kv = (16, 64, 4, 2) if KV_KEYS_AS_ROWS else (16, 32, 4, 2)
+    kv = (16, 128, 8, 2) if KV_KEYS_AS_ROWS else (16, 32, 4, 2)
     return {"forward": (64, 32, 4, 3), "kv": kv, "q": (64, 16, 4, 2),
             "decode": (16, 64, 4, 2)}  # fmt: skip
 
