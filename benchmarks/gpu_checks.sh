@@ -71,11 +71,11 @@ cat "$out/summary.txt"
 
 # LANE_EXTRA: more pytest arguments (the suite passes --collect-only to check every selection)
 lane=("$py" -m pytest -q -p no:cacheprovider -rfE --durations=5 ${LANE_EXTRA:-}) # timeout runs commands, not functions
-# only the gpu lane's tests of the switches that a GPU has yet to time (PADDING_SPANS,
-# KV_KEYS_AS_ROWS, RECOMPUTE_ADAPTERS, ROWS_APART; SPLIT_SCORE_GRADIENTS off, rectification at
-# ξ = 10), and whether compiled flex keeps log α's gradient under activation checkpointing
-# (flex.APART_UNDER_CHECKPOINTING): what a session short of time runs before the A/B steps, so
-# that a switch that wins is also known correct on the card
+# only the gpu lane's tests of the switches (PADDING_SPANS, KV_KEYS_AS_ROWS, RECOMPUTE_ADAPTERS,
+# ROWS_APART; SPLIT_SCORE_GRADIENTS off, rectification at ξ = 10), and whether compiled flex keeps
+# log α's gradient under activation checkpointing (it did on an H200, 2026-11-27: compiled calls
+# keep the score_mod there, flex.APART_UNDER_CHECKPOINTING): what a session short of time runs
+# before the A/B steps, so that a switch that wins is also known correct on the card
 step lane_switches 240 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py \
   tests/gpu/test_opamp_fused_on_cuda.py tests/gpu/test_lkg_flex_on_cuda.py \
   -k "key_span or key_rows or replayed or rows_apart or rounded_once or checkpointing"
@@ -117,25 +117,31 @@ dec="--decode 8 --lengths 8192 --padded 0.25"
 step special_ab 200 bash -c "$ab --lengths 4096 8192 --repeats 3 \
   && $ab --tritons-special --lengths 4096 8192 --repeats 3 && $ab $dec && $ab --tritons-special $dec \
   && $op && $op --tritons-special"
-# a padding mask as bytes (today) against each row's span of real keys (PADDING_SPANS, off until
-# this shows it faster), each in its own process on the same card, with training's right padding
-# (the padded rows see every real key) and generation's left padding (their tiles skipped)
+# a padding mask as bytes against each row's span of real keys (PADDING_SPANS, on since this
+# showed it faster on an H200, 2026-11-27), each in its own process on the same card, with
+# training's right padding (the padded rows see every real key) and generation's left padding
+# (their tiles skipped)
 sp="--lengths 4096 8192 --padded 0.25 --repeats 3"
-step rectify_spans_ab 200 bash -c "$ab $sp --padding-side right \
-  && $ab --padding-spans $sp --padding-side right && $ab $sp && $ab --padding-spans $sp"
+step rectify_spans_ab 200 bash -c "$ab --no-padding-spans $sp --padding-side right \
+  && $ab --padding-spans $sp --padding-side right && $ab --no-padding-spans $sp \
+  && $ab --padding-spans $sp"
 # the backward's dZ in two parts (today) against rounded once (SPLIT_SCORE_GRADIENTS off: half
 # those products, loops 9-15 % shorter at sm_90), padded and causal, each in its own process
 step rectify_split_ab 100 bash -c "$ab --lengths 4096 8192 --padded 0.25 --repeats 3 \
   && $ab --rounded-once --lengths 4096 8192 --padded 0.25 --repeats 3 \
   && $ab --lengths 8192 --repeats 3 && $ab --rounded-once --lengths 8192 --repeats 3"
-# dK/dV's tiles as [keys, queries] (KV_KEYS_AS_ROWS, off until this shows it faster; compiled for
-# sm_90 they take Hopper's warpgroup MMAs at 64 or 128 keys: triton_static.md) against today's
-# [queries, keys] tiles, each in its own process on the same card, and with PADDING_SPANS too
-# (16×128 at 8 warps: with both switches 16×64 spills, triton_static.md); then its own tile sweep
-kv="--lengths 4096 8192 --padded 0.25 --repeats 3"
-step rectify_kv_ab 190 bash -c "$ab $kv && $ab $kv --kv-keys-as-rows --tiles '{\"kv\": [16, 64, 4, 2]}' \
-  && $ab $kv --kv-keys-as-rows --tiles '{\"kv\": [16, 128, 8, 2]}' \
-  && $ab $kv --padding-spans --kv-keys-as-rows --tiles '{\"kv\": [16, 128, 8, 2]}'"
+# dK/dV's tiles as [keys, queries] (KV_KEYS_AS_ROWS, on at 16×128 since the H200 timed it under
+# left padding, 2026-11-27; compiled for sm_90 they take Hopper's warpgroup MMAs at 64 or 128
+# keys: triton_static.md) against the [queries, keys] tiles, each in its own process on the same
+# card, both with PADDING_SPANS: causal, training's right padding (neither timed with it yet),
+# then left padding; then its own tile sweep
+kv="--repeats 3 --padding-spans"
+step rectify_kv_ab 190 bash -c "$ab $kv --lengths 8192 --no-kv-keys-as-rows \
+  && $ab $kv --lengths 8192 --kv-keys-as-rows \
+  && $ab $kv --lengths 4096 8192 --padded 0.25 --padding-side right --no-kv-keys-as-rows \
+  && $ab $kv --lengths 4096 8192 --padded 0.25 --padding-side right --kv-keys-as-rows \
+  && $ab $kv --lengths 4096 8192 --padded 0.25 --no-kv-keys-as-rows \
+  && $ab $kv --lengths 4096 8192 --padded 0.25 --kv-keys-as-rows"
 step rectify_kv_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/rectified_triton.py --sweep \
   --kv-keys-as-rows --lengths 4096 --padded 0.25 --budget-s "${SWEEP_S:-150}" \
   --out "$out/rectified_kv_tiles.json"
@@ -155,15 +161,16 @@ step lkg_tiles 240 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192
   --variants sdpa flex_2of32 flex_2of32_alone flex_2of32_small_tiles flex_2of32_alone_small_tiles \
   flex_2of32_autotuned flex_2of32_alone_autotuned
 # training's right padding read by flex's mask_mod as each row's span of real keys
-# (flex.PADDING_SPANS) instead of one mask byte per score of a partial tile: against the formula
+# (flex.PADDING_SPANS, on since this step timed it on an H200, 2026-11-27) instead of one mask
+# byte per score of a partial tile (the _mask_bytes variants, the path before): against the formula
 # (right and left padding), then timed under a mask of 25% right padding, SDPA under the same
 # mask as the baseline (the step above times causal without a mask, where flex reads none); and
 # the guided rows apart there (the padding is OTHER, as the model's segments make it, so the rows
 # apart are the question and answer rows alone, as without the mask)
 step lane_lkg_spans 150 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py -k padding_spans
 step lkg_spans 240 $py benchmarks/relevance_fusion.py --cuda --padded 0.25 --padding-side right \
-  --lengths 4096 8192 --repeats 5 --variants sdpa flex_2of32 flex_2of32_padding_spans \
-  flex_2of32_alone flex_2of32_alone_padding_spans flex_all flex_all_padding_spans \
+  --lengths 4096 8192 --repeats 5 --variants sdpa flex_2of32 flex_2of32_mask_bytes \
+  flex_2of32_alone flex_2of32_alone_mask_bytes flex_all flex_all_mask_bytes \
   flex_2of32_rows_apart flex_all_rows_apart
 # the rectification kernel's tiles: a sweep per kernel at 4096 tokens under that mask, where the
 # kernels hold more registers (benchmarks/rectified_triton.py --sweep; docs/kernels.md); each

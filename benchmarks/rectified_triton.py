@@ -202,11 +202,13 @@ def main() -> None:
     p.add_argument("--profile", action="store_true",
                    help="time per CUDA kernel, fused and SDPA (see profile)")  # fmt: skip
     p.add_argument("--g", default="max", help="the rectifier g (max, tanh, tanh_plus_x, sigmoid)")
-    p.add_argument("--padding-spans", action="store_true",
+    # the switches on or off (--no-...), else as the kernel module has them (both on since the
+    # H200 timed them, 2026-11-27)
+    p.add_argument("--padding-spans", action=argparse.BooleanOptionalAction,
                    help="a padding mask as each row's real keys (PADDING_SPANS)")  # fmt: skip
-    p.add_argument("--kv-keys-as-rows", action="store_true",
-                   help="dK/dV's tiles as [keys, queries] (KV_KEYS_AS_ROWS); give it a tile of "
-                        '64 or 128 keys: --tiles \'{"kv": [16, 64, 4, 2]}\'')  # fmt: skip
+    p.add_argument("--kv-keys-as-rows", action=argparse.BooleanOptionalAction,
+                   help="dK/dV's tiles as [keys, queries] (KV_KEYS_AS_ROWS), at the table's "
+                        'tile for it or one given: --tiles \'{"kv": [16, 64, 4, 2]}\'')  # fmt: skip
     p.add_argument("--rounded-once", action="store_true",
                    help="dZ rounded once in the backward's products, not in two parts "
                         "(SPLIT_SCORE_GRADIENTS off)")  # fmt: skip
@@ -218,8 +220,12 @@ def main() -> None:
     special = triton_special.use(args)
     from zoomattn.methods.rectify import triton_kernel
 
-    triton_kernel.PADDING_SPANS = args.padding_spans or triton_kernel.PADDING_SPANS
-    triton_kernel.KV_KEYS_AS_ROWS = args.kv_keys_as_rows or triton_kernel.KV_KEYS_AS_ROWS
+    for name, on in (
+        ("PADDING_SPANS", args.padding_spans),
+        ("KV_KEYS_AS_ROWS", args.kv_keys_as_rows),
+    ):
+        if on is not None:
+            setattr(triton_kernel, name, on)
     if args.rounded_once:
         triton_kernel.SPLIT_SCORE_GRADIENTS = False
     if args.sweep:

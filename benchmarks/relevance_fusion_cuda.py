@@ -22,9 +22,10 @@ Two more ask whether few fused heads leave SMs idle: ``_small_tiles`` runs flex 
 times and the one it keeps to stderr), each for the path and for the two heads alone.
 ``--padded F`` pads F of the tokens through a boolean mask on every variant (default: causal
 without a mask, where flex reads no mask), the first F (``--padding-side left``, the default:
-generation's prompts) or the last (``right``: training's batches), and ``_padding_spans`` reads
-that padding as each row's span of real keys (``flex.PADDING_SPANS``) instead of the mask's
-bytes, for every head, two and the two alone.
+generation's prompts) or the last (``right``: training's batches). The flex variants read that
+padding as the module has it, since 2026-11-27 as each row's span of real keys
+(``flex.PADDING_SPANS``), and ``_mask_bytes`` reads the mask's bytes instead (the path before),
+for every head, two and the two alone.
 Time: median of CUDA-event-timed steps; memory: peak allocated during one step above what was
 allocated before it (the inputs).
 
@@ -53,9 +54,9 @@ VARIANTS = (
     "flex_2of32_alone_small_tiles",
     "flex_2of32_autotuned",
     "flex_2of32_alone_autotuned",
-    "flex_all_padding_spans",
-    "flex_2of32_padding_spans",
-    "flex_2of32_alone_padding_spans",
+    "flex_all_mask_bytes",
+    "flex_2of32_mask_bytes",
+    "flex_2of32_alone_mask_bytes",
 )
 TWO_OF_32 = (1, 22)  # two KV groups of 8
 
@@ -121,8 +122,8 @@ def steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device
     def autotuned(fn):
         return lambda: tile_sweep.with_switch(flex, "AUTOTUNE", True, fn)
 
-    def spans(fn):  # padding read as key spans (the block mask is built per switch)
-        return lambda: tile_sweep.with_switch(flex, "PADDING_SPANS", True, fn)
+    def mask_bytes(fn):  # padding read from the mask, not as key spans (a block mask per switch)
+        return lambda: tile_sweep.with_switch(flex, "PADDING_SPANS", False, fn)
 
     # the fused heads' kernel alone: their q and K/V selected once, outside the timed step
     two = []
@@ -150,9 +151,9 @@ def steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device
         "flex_2of32_alone_small_tiles": apart(False, small_tiles(lambda: flex_heads(*two))),
         "flex_2of32_autotuned": apart(False, autotuned(lambda: flex_path(TWO_OF_32))),
         "flex_2of32_alone_autotuned": apart(False, autotuned(lambda: flex_heads(*two))),
-        "flex_all_padding_spans": apart(False, spans(lambda: flex_path(everything))),
-        "flex_2of32_padding_spans": apart(False, spans(lambda: flex_path(TWO_OF_32))),
-        "flex_2of32_alone_padding_spans": apart(False, spans(lambda: flex_heads(*two))),
+        "flex_all_mask_bytes": apart(False, mask_bytes(lambda: flex_path(everything))),
+        "flex_2of32_mask_bytes": apart(False, mask_bytes(lambda: flex_path(TWO_OF_32))),
+        "flex_2of32_alone_mask_bytes": apart(False, mask_bytes(lambda: flex_heads(*two))),
     }
 
     def step(variant):
@@ -178,6 +179,8 @@ def measure(variant: str, step, repeats: int) -> dict:
 
 def main(args) -> None:
     import torch
+
+    from zoomattn.methods.lkg import flex
 
     rows = []
     for n in args.lengths:
@@ -220,5 +223,7 @@ def main(args) -> None:
         "passage_tokens": args.passage,
         "fused_heads_of_2of32": list(TWO_OF_32),
         "repeats": args.repeats,
+        # the switches as the module has them (the variants named after one pin it)
+        "switches": {name: getattr(flex, name) for name in ("PADDING_SPANS", "ROWS_APART")},
     }
     print(json.dumps({"meta": meta, "rows": rows}, indent=1))

@@ -25,8 +25,8 @@ SAME_AS = {  # variant: the variant it must equal
     "flex_2of32_rows_apart": "bias_2of32",
     "flex_2of32_small_tiles": "bias_2of32",
     "flex_2of32_autotuned": "bias_2of32",
-    "flex_all_padding_spans": "bias_all",
-    "flex_2of32_padding_spans": "bias_2of32",
+    "flex_all_mask_bytes": "bias_all",
+    "flex_2of32_mask_bytes": "bias_2of32",
 }
 ALONE = (
     "flex_2of32_alone",
@@ -34,7 +34,7 @@ ALONE = (
     "flex_2of32_alone_rows_apart",
     "flex_2of32_alone_small_tiles",
     "flex_2of32_alone_autotuned",
-    "flex_2of32_alone_padding_spans",
+    "flex_2of32_alone_mask_bytes",
 )
 
 
