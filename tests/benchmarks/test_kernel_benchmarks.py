@@ -44,7 +44,8 @@ def test_opamp_stacked_benchmark_times_both_ways_and_counts_less_kept_with_adapt
 
 def test_a_sweep_out_of_time_keeps_the_table_and_records_every_candidate_untried(tmp_path):
     out = tmp_path / "tiles.json"
-    _smoke("rectified_triton.py", "--sweep", "--budget-s", "0", "--out", str(out))
+    _smoke("rectified_triton.py", "--sweep", "--no-kv-keys-as-rows", "--budget-s", "0", "--out",
+           str(out))  # fmt: skip
     result = json.loads(out.read_text())
     assert result["best"] == result["table"] and result["best_vs_table_rel_error"] == 0.0
     assert {r["status"] for r in result["tried"]} == {"not tried: out of time"}
@@ -56,18 +57,29 @@ def test_a_sweep_out_of_time_keeps_the_table_and_records_every_candidate_untried
     [([], "fused_time_vs_sdpa"), (["--decode", "2"], "fused_decode_vs_blockwise"),
      (["--profile"], "forward_fused_vs_sdpa"), (["--libdevice-log"], "fused_time_vs_sdpa"),
      (["--tritons-special"], "fused_time_vs_sdpa"),
-     (["--padding-spans"], "fused_time_vs_sdpa"),
+     (["--no-padding-spans", "--no-kv-keys-as-rows"], "fused_time_vs_sdpa"),
+     (["--no-padding-spans", "--padding-side", "right"], "fused_time_vs_sdpa"),
      (["--padding-spans", "--padding-side", "right"], "fused_time_vs_sdpa"),
      (["--kv-keys-as-rows", "--tiles", '{"kv": [16, 32, 1, 1]}'], "fused_time_vs_sdpa")],
 )  # fmt: skip
 def test_rectification_benchmark_runs_each_mode_and_summarises_its_ratios(mode, key):
+    """Each mode runs, and the summary names the switches as they ran: as the flags set them,
+    else as the kernel module has them."""
+    from zoomattn.methods.rectify import triton_kernel
+
     *rows, summary = _smoke("rectified_triton.py", "--padded", "0.25", *mode)
     assert [r["n"] for r in rows] == [40] and summary["40"][key] > 0
     assert "g=max" in summary["shape"] and "special functions interpreter's" in summary["shape"]
-    assert ("padding spans" in summary["shape"]) == ("--padding-spans" in mode)
     side = "right" if "right" in mode else "left"
     assert f"{side} padding 0.25" in summary["shape"]
-    assert ("dK/dV keys as rows" in summary["shape"]) == ("--kv-keys-as-rows" in mode)
+
+    def on(flag, default):
+        return flag in mode or (default and f"--no-{flag[2:]}" not in mode)
+
+    spans = on("--padding-spans", triton_kernel.PADDING_SPANS)
+    assert ("padding spans" in summary["shape"]) == spans
+    keys_as_rows = on("--kv-keys-as-rows", triton_kernel.KV_KEYS_AS_ROWS)
+    assert ("dK/dV keys as rows" in summary["shape"]) == keys_as_rows
 
 
 def test_a_sweep_of_dk_dv_as_key_rows_tries_its_own_candidates_and_no_other_kernel(tmp_path):

@@ -108,8 +108,10 @@ def test_padding_spans_give_the_masks_mask_mod_without_reading_the_mask(
 
 def test_padding_spans_are_none_without_the_switch_or_a_padded_causal_mask(monkeypatch):
     mask = _padding_mask()
+    monkeypatch.setattr(flex, "PADDING_SPANS", False)
     assert flex._spans(SEGMENTS, SEGMENTS, mask) is None  # switch off
     monkeypatch.setattr(flex, "PADDING_SPANS", True)
+    assert flex._spans(SEGMENTS, SEGMENTS, mask).tolist() == [[0, 12], [3, 12]]  # row 1: 3 pads
     assert flex._spans(SEGMENTS, SEGMENTS, None) is None  # causal: no mask to read anyway
     holed = mask.clone()
     holed[0, 0, -1, 5] = False  # one real key hidden from one row: read as a mask
