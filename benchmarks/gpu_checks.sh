@@ -26,9 +26,11 @@ py=${PYTHON:-python3}
 log=$out/checks.log
 deadline=$(($(date +%s) + ${BUDGET_S:-530}))
 
-# a session's first call, on the bare image: the default kernels against their formulas on the
-# card, then every switch's lane and the checkpointing tests, then the special functions' A/B
-FIRST="lane_rectify_triton lane_switches special_ab"
+# a session's first call, on the bare image: the defaults turned on after the H200 run of
+# 2026-11-27 against their formulas on the card, together for the first time (rectification's
+# kernel with key spans and keys-first dK/dV at 128 keys; LKG-RALM's flex with key spans), then
+# keys-first dK/dV timed where it was not (causal, training's right padding)
+FIRST="lane_rectify_triton lane_lkg_spans rectify_kv_ab"
 [[ ${STEPS:-} == first ]] && STEPS=$FIRST
 # the steps that need the project's packages, absent from the device tool's bare image
 NEEDS_INSTALL="attention overhead lane_distributed lane_methods lane_small_dag"
