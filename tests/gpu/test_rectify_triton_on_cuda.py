@@ -2,11 +2,11 @@
 CUDA against the materialised formula in fp64 on the same inputs, values and gradients of q, u, k,
 v, at a moderate size (L = 512, D = 128, 8 query heads over 2 KV heads): fp32 to 1e-5, bf16 within
 1.5× plain bf16 SDPA's error on the same device; causal prefill, left padding, one decoding step
-with and without a padded cache; the switches off by default (a padding mask as key spans, with
-right padding too,
-dK/dV's tiles as [keys, queries]); g and g′ compiled, with the .ftz special functions, against
-fp64 from small scores to far past exp's range and ξ up to the kernels' largest; and the dispatch
-under ``attention_kernels: fused`` (a ξ beyond the kernels' largest declined)."""
+with and without a padded cache; each switch both ways (a padding mask as key spans or as its
+bytes, with right padding too; dK/dV's tiles as [keys, queries] or [queries, keys]); g and g′
+compiled, with the .ftz special functions, against fp64 from small scores to far past exp's range
+and ξ up to the kernels' largest; and the dispatch under ``attention_kernels: fused`` (a ξ beyond
+the kernels' largest declined)."""
 
 import pytest
 import torch
@@ -88,14 +88,19 @@ def test_fused_rectified_matches_its_materialised_formula_on_cuda(name, scenario
     _check_against_formula(name, scenario, dtype)
 
 
+@pytest.mark.parametrize("spans", [True, False], ids=["key_spans", "mask_bytes"])
 @pytest.mark.parametrize("scenario", ["padded", "decoding_padded", "right_padded"])
-def test_padding_as_each_rows_key_span_matches_the_formula_on_cuda(scenario, monkeypatch):
+def test_padding_as_each_rows_key_span_or_as_bytes_matches_the_formula_on_cuda(
+    scenario, spans, monkeypatch
+):
+    """PADDING_SPANS (on by default since the H200 timed it) and off."""
     from zoomattn.methods.rectify import triton_kernel
 
-    monkeypatch.setattr(triton_kernel, "PADDING_SPANS", True)
-    spans = record_returns(monkeypatch, triton_kernel, "padding_spans")
+    monkeypatch.setattr(triton_kernel, "PADDING_SPANS", spans)
+    read = record_returns(monkeypatch, triton_kernel, "padding_spans")
     _check_against_formula("max", scenario, torch.bfloat16)
-    assert spans and all(s is not None for s in spans)  # read as spans, not as the mask
+    # read as spans, not as the mask, only with the switch on
+    assert all(s is not None for s in read) and bool(read) == spans
 
 
 @pytest.mark.parametrize("spans", [False, True], ids=["mask_bytes", "padding_spans"])
@@ -138,14 +143,17 @@ def test_fused_kernel_under_activation_checkpointing_gives_the_gradients_in_bf16
 @pytest.mark.parametrize(
     ("kv", "scenario", "dtype"),
     [((16, 64, 4, 2), "padded", torch.bfloat16), ((16, 128, 8, 2), "padded", torch.bfloat16),
-     ((16, 64, 4, 2), "causal_prefill", torch.bfloat16), ((16, 64, 4, 2), "padded", torch.float32)],
+     ((16, 64, 4, 2), "causal_prefill", torch.bfloat16), ((16, 64, 4, 2), "padded", torch.float32),
+     (None, "padded", torch.bfloat16), (None, "causal_prefill", torch.bfloat16)],
 )  # fmt: skip
 def test_dk_dv_as_key_rows_matches_the_formula_on_cuda(kv, scenario, dtype, monkeypatch):
-    """KV_KEYS_AS_ROWS at the 64- and 128-key tiles the GPU A/B times (gpu_checks.sh)."""
+    """KV_KEYS_AS_ROWS (on by default since the H200 timed it) at the 64- and 128-key tiles the
+    GPU A/B times (gpu_checks.sh); kv None: the switch off, [queries, keys] at the table's tile."""
     from zoomattn.methods.rectify import triton_kernel
 
-    monkeypatch.setattr(triton_kernel, "KV_KEYS_AS_ROWS", True)
-    tiles = {**triton_kernel._tiles(HEAD_DIM, torch.device(DEVICE)), "kv": kv}
+    monkeypatch.setattr(triton_kernel, "KV_KEYS_AS_ROWS", kv is not None)
+    tiles = triton_kernel._tiles(HEAD_DIM, torch.device(DEVICE))
+    tiles = tiles if kv is None else {**tiles, "kv": kv}
     _check_against_formula("max", scenario, dtype, tiles)
 
 
