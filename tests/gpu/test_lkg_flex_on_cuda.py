@@ -152,15 +152,16 @@ def test_compiled_flex_fusion_on_two_heads_and_a_decoding_step_match_the_formula
     assert _rel(step, want, False) <= 2 * _sdpa_bf16_error(qkv, log_alpha)[0] + 1e-3
 
 
+@pytest.mark.parametrize("on", [True, False], ids=["key_spans", "mask_bytes"])
 @pytest.mark.parametrize("side", ["left", "right"])
-def test_compiled_flex_fusion_with_padding_spans_matches_the_formula(monkeypatch, side):
-    """``flex.PADDING_SPANS`` (off until step lkg_spans of benchmarks/gpu_checks.sh times it):
-    the padding (right: training's; left: generation's) read in ``mask_mod`` as each row's span
-    of real keys, every head fused."""
-    monkeypatch.setattr(flex, "PADDING_SPANS", True)
+def test_compiled_flex_fusion_with_padding_spans_matches_the_formula(monkeypatch, side, on):
+    """``flex.PADDING_SPANS`` (on by default since step lkg_spans of benchmarks/gpu_checks.sh
+    timed it on an H200) and off: the padding (right: training's; left: generation's) read in
+    ``mask_mod`` as each row's span of real keys, or from the mask, every head fused."""
+    monkeypatch.setattr(flex, "PADDING_SPANS", on)
     spans = record_returns(monkeypatch, flex, "_spans")
     _check(torch.bfloat16, heads=list(range(8)), padded=True, side=side)
-    assert spans and all(s is not None for s in spans)  # read as spans, not as the mask
+    assert spans and all((s is not None) == on for s in spans)  # as spans only with the switch
 
 
 def test_compiled_flex_fusion_under_activation_checkpointing_gives_every_gradient(request):
