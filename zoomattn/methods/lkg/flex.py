@@ -41,19 +41,17 @@ H200 under 25 % right padding (step lkg_spans, 2026-11-27) it was slower than th
 4096 tokens (1.3× its time with 2 of 32 heads fused, 1.7× with every head) and faster at 8192
 (0.87×, 0.36×).
 
-Under activation checkpointing eager flex (the CPU's) takes the guided rows apart where log α
-trains (``APART_UNDER_CHECKPOINTING``; the model says when: ``LkgState.checkpointed``). A
-checkpointed layer's call runs again in backward, and PyTorch 2.13's eager flex then gives a
-captured tensor that requires grad a wrong gradient, read from uninitialised memory (from 9e-43 to
-7e29 where 0.77 was due, in runs of a minimal case): through log α the estimator's gradient
-vanishes or explodes, and exploding, shrinks every other gradient under clipping. The rows-apart
-path has no captured tensor that requires grad, and gives the gradients of the run without
-checkpointing (tests/methods/lkg/test_flex_checkpointing.py). The compiled kernel, CUDA's, is
-free of the fault: on an H200 (torch 2.11, 2026-11-27) the gpu lane's
-``test_compiled_flex_fusion_under_activation_checkpointing_gives_every_gradient`` gave log α's,
-q's, k's and v's gradients of the call without checkpointing with log α in the score_mod. So
-compiled calls keep the score_mod there, which at 4096 tokens (the paper preset's LKG-RALM) was
-23 % faster than the rows apart (docs/kernels.md).
+Under activation checkpointing the guided rows always go apart where log α trains
+(``APART_UNDER_CHECKPOINTING``; the model says when: ``LkgState.checkpointed``). A checkpointed
+layer's call runs again in backward, and PyTorch 2.13's eager flex then gives a captured tensor
+that requires grad a wrong gradient, read from uninitialised memory (from 9e-43 to 7e29 where 0.77
+was due, in runs of a minimal case): through log α the estimator's gradient vanishes or explodes,
+and exploding, shrinks every other gradient under clipping. The rows-apart path has no captured
+tensor that requires grad, and gives the gradients of the run without checkpointing
+(tests/methods/lkg/test_flex_checkpointing.py). The compiled kernel, CUDA's, passed the gpu
+lane's ``test_compiled_flex_fusion_under_activation_checkpointing_gives_every_gradient`` on an
+H200, but under the device image's PyTorch 2.11 (2026-11-27), not the 2.13 the project pins and
+whose eager flex has the fault; so compiled calls go apart too until a card runs it under 2.13.
 """
 
 from __future__ import annotations
@@ -79,11 +77,11 @@ DYNAMO_SWITCH = "TORCHDYNAMO_DISABLE"
 # back to the eager flex_attention, which materialises the scores.
 GRAPHS = 64
 ROWS_APART = False  # the guided rows computed apart (module docstring): on an H200 slower at 4096
-# Under activation checkpointing (a fine-tune's ``gradient_checkpointing``) eager flex takes the
-# guided rows apart whatever ROWS_APART says, where log α trains: PyTorch 2.13's eager flex gives a
-# captured tensor a garbage gradient when the call is recomputed in backward (the module
-# docstring). Apart, no captured tensor requires grad. The compiled kernel has no such fault (the
-# gpu lane's checkpointing test, on an H200), so compiled calls ignore this.
+# Under activation checkpointing (a fine-tune's ``gradient_checkpointing``) the guided rows go apart
+# whatever ROWS_APART says, where log α trains: PyTorch 2.13's eager flex gives a captured tensor a
+# garbage gradient when the call is recomputed in backward (the module docstring). Apart, no
+# captured tensor requires grad. The compiled kernel passed the gpu lane's checkpointing test on
+# an H200 under PyTorch 2.11 only; off for compiled calls once it passes under the pinned 2.13.
 APART_UNDER_CHECKPOINTING = True
 # FlexAttention's kernel options (torch's FlexKernelOptions: tiles, warps and stages, per pass with
 # the prefixes fwd_ and bwd_); None: torch's defaults for the card. On sm_90 (torch 2.13) those
@@ -103,9 +101,9 @@ FEW_HEADS_TILES = {
 # per mask, once per forward) instead of one byte of the ``[B, 1, L, S]`` mask per score of every
 # partial tile, and nearly every tile LKG-RALM computes is partial (passages of ~100 tokens
 # against 128-token tiles). Any other mask is read as before. On since the H200 timed it under 25 %
-# right padding (2026-11-27, step lkg_spans of benchmarks/gpu_checks.sh): 2 of 32 heads fused,
-# forward + backward 4 % / 8 % faster at 4096 / 8192 tokens, the two heads' flex call alone 16 % /
-# 12 %.
+# right padding (2026-11-27, step lkg_spans of benchmarks/gpu_checks.sh, one process): 2 of 32
+# heads fused, forward + backward 4 % / 8 % faster at 4096 / 8192 tokens, the two heads' flex call
+# alone 16 % / 12 %.
 PADDING_SPANS = True
 # Compile flex with inductor's max-autotune: the first call of each shape times torch's candidate
 # tiles and keeps the fastest (minutes of compiling per shape). Off: a benchmark's question.
@@ -252,13 +250,13 @@ def flex_fused_heads(
 ) -> torch.Tensor:  # fmt: skip
     """Every head of q fused: FlexAttention with GQA in the kernel. ``compiled`` defaults to
     q being on CUDA; ``checkpointed``: the call runs under activation checkpointing (recomputed in
-    backward), where eager flex takes the guided rows apart (``APART_UNDER_CHECKPOINTING``)."""
+    backward), where the guided rows go apart (``APART_UNDER_CHECKPOINTING``)."""
     compiled = q.is_cuda if compiled is None else compiled
     attend = compiled_flex_attention(AUTOTUNE) if compiled else flex_attention
     segments = (query_segments, key_segments, mask)
     _check_slots(*segments, log_alpha.shape[-1])
     # apart only where log α trains: without its gradient flex's score_mod costs no atomics
-    apart = ROWS_APART or (checkpointed and not compiled and APART_UNDER_CHECKPOINTING)
+    apart = ROWS_APART or (checkpointed and APART_UNDER_CHECKPOINTING)
     apart = apart and torch.is_grad_enabled() and log_alpha.requires_grad
     if apart:
         rows, valid, every_row = _layouts.get("rows", segments, lambda: guided_rows(query_segments))
