@@ -242,7 +242,8 @@ def _tiles(device: torch.device, dtype=torch.bfloat16) -> dict[str, tuple[int, i
     under a padding mask, whose inner loop takes the fewest instructions per score (for
     ``decode``, per key of a one-query step). The table before (32×32 at 8 warps for all three)
     computed each score's exponentials 2–2.7 times over (6 MUFU per score in the forward against
-    2.25) and ran at 11–17× SDPA's time on the H200; this one is untimed, and never swept
+    2.25) and ran at 11–17× SDPA's time on the H200; this one ran at 4.11× causal SDPA's time
+    there at 8192 tokens under 25 % left padding (2026-11-27), and was never swept
     (``benchmarks/opamp_triton.py --sweep``). fp32 inputs, whose products are FMAs, keep that
     first table: at this one they spill 6–12 KiB per thread. Elsewhere (Triton's interpreter)
     16×16, so short test sequences span several tiles."""

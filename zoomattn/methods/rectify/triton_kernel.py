@@ -78,7 +78,8 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # A causal mask with padding (right: training's batches; left: generation's prompts) passed as
 # each batch row's span of real keys (tile_ranges.padding_spans), not as bytes the kernels load
 # per tile. On since the H200 timed it (2026-11-27, docs/kernels.md): forward + backward at 25 %
-# padding 10 % / 23 % faster at 4096 / 8192 tokens right-padded, 19 % / 21 % left-padded.
+# padding, by the time's ratio to each process's SDPA, 8 % / 22 % faster at 4096 / 8192 tokens
+# right-padded, 8 % / 19 % left-padded.
 PADDING_SPANS = True
 # what the kernels derive from a mask (its key spans, the tile ranges), for every layer of one
 # forward: the model passes each layer the same mask tensor
@@ -86,15 +87,16 @@ _from_mask = SameTensors()
 # dK/dV's tiles computed as [keys, queries], k·qᵀ, as Triton's fused-attention tutorial and
 # FlashAttention-2 compute them: P and dZ then enter Pᵀ·dO and dZᵀ·Q as they are, where the
 # [queries, keys] tile is transposed in registers (through shared memory) three times per tile.
-# On since the H200 timed it (2026-11-27) at 25 % left padding: 128 keys per tile, 3 % / 9 %
-# faster at 4096 / 8192 tokens with PADDING_SPANS, 3 % / 12 % with the mask's bytes; causal and
-# right padding were not timed (docs/kernels.md).
+# On since the H200 timed it (2026-11-27) at 25 % left padding, by the time's ratio to each
+# process's SDPA: with the mask's bytes 3 % / 12 % faster at 4096 / 8192 tokens at 128 keys per
+# tile, 5 % / 16 % at 64; with PADDING_SPANS, at 128 keys only, 2 % / 10 % (across the session's
+# two calls). Causal and right padding were not timed with it (docs/kernels.md).
 KV_KEYS_AS_ROWS = True
 # dZ and dZ ∘ g′ in two parts, hi + lo, in their products with Q, U and K (on), or rounded once as
 # FlashAttention rounds dS (off: those products halved, the backward loops 9-15 % shorter at sm_90,
 # the gradients' bf16 error ~1.4× this setting's at 128 tokens; module docstring). Stays on: on the
-# H200 (2026-11-27) rounding once was 0–7 % faster padded and 10 % causal at 8192 tokens, too
-# little for that error.
+# H200 (2026-11-27) rounding once was no faster at 4096 tokens and 7 % (25 % left padding) to 10 %
+# (causal) faster at 8192, too little for that error.
 SPLIT_SCORE_GRADIENTS = True
 
 
@@ -157,9 +159,11 @@ def _tiles(head_dim: int, device: torch.device) -> dict[str, tuple[int, int, int
     for the table before it, which an offline sm_90 compile had chosen. Four warps won at every
     kernel; the dQ/dU tile then spilled 96 bytes under a mask and was still the fastest (8 since
     its products accumulate in place). With ``KV_KEYS_AS_ROWS`` dK/dV takes 128 keys at 8 warps,
-    rows a warpgroup MMA takes: the faster of the two such tiles the H200 timed (64 keys at 4 warps
-    spills with PADDING_SPANS). Elsewhere (Triton's interpreter) 16×16, so short test sequences
-    span several tiles."""
+    rows a warpgroup MMA takes: the one tile the H200 timed with PADDING_SPANS. With the mask's
+    bytes 64 keys at 4 warps was faster there (16.3 against 17.4 ms at 8192); with key spans it
+    is untimed, and compiled for sm_90 it spills 32 bytes where 128 keys spills 16
+    (benchmarks/results/triton_static.md). Elsewhere (Triton's interpreter) 16×16, so short test
+    sequences span several tiles."""
     if device.type != "cuda":
         return dict.fromkeys(("forward", "kv", "q", "decode"), (16, 16, 1, 1))
     kv = (16, 128, 8, 2) if KV_KEYS_AS_ROWS else (16, 32, 4, 2)
