@@ -108,23 +108,25 @@ def opamp_table(dtype=torch.bfloat16) -> dict:
 
 
 def rectify_launches(
-    n: int, masked: bool, tiles=None, g="max", dtype=torch.bfloat16, queries=None, spans=False,
-    keys_as_rows=False, kv=None, rounded_once=False,
+    n: int, masked: bool, tiles=None, g="max", dtype=torch.bfloat16, queries=None, spans=None,
+    keys_as_rows=None, kv=None, rounded_once=None,
 ) -> list[Launch]:  # fmt: skip
     """The launches of one forward and backward at n tokens; with ``queries`` (a decoding step:
-    that many queries over n keys) the forward only, as generation runs it; ``spans``: with
-    ``PADDING_SPANS`` (the padding mask as each row's span of real keys); ``keys_as_rows``: with
-    ``KV_KEYS_AS_ROWS`` (dK/dV's tiles as [keys, queries]), ``kv`` its tile; ``rounded_once``:
-    with ``SPLIT_SCORE_GRADIENTS`` off (dZ rounded once in the backward's products)."""
+    that many queries over n keys) the forward only, as generation runs it. The switches, each
+    as the kernel module has it unless given: ``spans``, ``PADDING_SPANS`` (the padding mask as
+    each row's span of real keys); ``keys_as_rows``, ``KV_KEYS_AS_ROWS`` (dK/dV's tiles as
+    [keys, queries]), ``kv`` its tile; ``rounded_once``, ``SPLIT_SCORE_GRADIENTS`` off (dZ
+    rounded once in the backward's products)."""
     from zoomattn.methods.rectify import triton_kernel
     from zoomattn.methods.rectify.kernel import Rectifier
 
     q, u = (_projected(queries or n, 32, 128, dtype) for _ in range(2))
     k, v = (_projected(n, 8, 128, dtype) for _ in range(2))
     g = Rectifier(g, 3.0)
+    split = None if rounded_once is None else not rounded_once
     switches = {"PADDING_SPANS": spans, "KV_KEYS_AS_ROWS": keys_as_rows,
-                "SPLIT_SCORE_GRADIENTS": not rounded_once}  # fmt: skip
-    with switched(triton_kernel, **switches):
+                "SPLIT_SCORE_GRADIENTS": split}  # fmt: skip
+    with switched(triton_kernel, **{k: on for k, on in switches.items() if on is not None}):
         tiles = tiles or rectify_table()  # the table as the switches give it
         if kv is not None:
             tiles = {**tiles, "kv": kv}
@@ -260,17 +262,28 @@ def static_rows(
 # ``FUSED_DECODING`` (on) or OpAmp's opt-in ``path="triton"``.
 VARIANTS = [
     *[("rectify", True, {"g": g}) for g in ("tanh", "tanh_plus_x", "sigmoid")],
-    ("rectify", True, {"spans": True}),  # PADDING_SPANS: the mask as each row's key span
-    # both switches: the dK/dV kernel keys first with the padding as key spans
+    # PADDING_SPANS off (on by default since 2026-11-27): the mask's bytes loaded per tile
+    ("rectify", True, {"spans": False}),
+    # both switches (the default since 2026-11-27): the dK/dV kernel keys first with the padding
+    # as key spans, at 64 keys and at the table's 128
     *[
         ("rectify", True, {**both, "kv": kv, "kernels": ["_backward_kv"]})
         for both in [{"spans": True, "keys_as_rows": True}]
         for kv in ((16, 64, 4, 2), (16, 128, 8, 2))
     ],
-    # KV_KEYS_AS_ROWS: dK/dV's [keys, queries] tiles, at the table's tile and at 64 or 128 keys
+    # KV_KEYS_AS_ROWS: dK/dV's [keys, queries] tiles at 32, 64 or 128 keys with the mask's bytes,
+    # and off, its [queries, keys] tiles at the table's 16×32 as before
     *[
-        ("rectify", masked, {"keys_as_rows": True, "kv": kv, "kernels": ["_backward_kv"]})
+        (
+            "rectify",
+            masked,
+            {"spans": False, "keys_as_rows": True, "kv": kv, "kernels": ["_backward_kv"]},
+        )  # fmt: skip
         for kv in ((16, 32, 4, 2), (16, 64, 4, 2), (16, 128, 8, 2))
+        for masked in (False, True)
+    ],
+    *[
+        ("rectify", masked, {"spans": False, "keys_as_rows": False, "kernels": ["_backward_kv"]})
         for masked in (False, True)
     ],
     # SPLIT_SCORE_GRADIENTS off: dZ rounded once in the backward's products

@@ -56,11 +56,15 @@ variants += [r for m in ("rectify", "opamp")
 step = triton_static.rectify_launches(256, True, tiles, queries=1)[0]
 keys_as_rows = triton_static.static_rows("rectify", 256, True, tiles, ["_backward_kv"],
                                          keys_as_rows=True, kv=(16, 64, 4, 2))
+queries_first = triton_static.static_rows("rectify", 256, True, tiles, ["_backward_kv"],
+                                          keys_as_rows=False)
+default_kv = triton_static.static_rows("rectify", 256, True, None, ["_backward_kv"])
 switches = [r for switch in ({"spans": True}, {"rounded_once": True})
             for r in triton_static.static_rows("rectify", 256, True, tiles, **switch)]
 spans_modes = [launch.kwargs["HAS_MASK"]
                for launch in triton_static.rectify_launches(256, True, tiles, spans=True)]
-print(json.dumps({"rows": rows, "keys_as_rows": keys_as_rows, "arch": compiled.metadata.target.arch,
+print(json.dumps({"rows": rows, "keys_as_rows": keys_as_rows, "queries_first": queries_first,
+                  "default_kv": default_kv, "arch": compiled.metadata.target.arch,
                   "switches": switches, "spans_modes": spans_modes,
                   "upcast": forward.kwargs["UPCAST"], "signature": compiled.src.signature,
                   "variants": variants,
@@ -139,17 +143,22 @@ def test_every_kernel_compiles_for_sm90_with_each_switch_that_changes_its_code(c
 
 
 def test_dk_dv_as_key_rows_compiles_to_hoppers_warpgroup_mmas_only(compiled):
-    """KV_KEYS_AS_ROWS at 64 keys per tile: every product of the dK/dV kernel a warpgroup MMA
-    (its tiles have the 64 rows wgmma needs), none of Ampere's mma.sync the [queries, keys] tiles
-    of 16 or 32 rows compile to."""
+    """KV_KEYS_AS_ROWS at 64 keys per tile, and the default since 2026-11-27 (128 keys, the
+    padding as key spans): every product of the dK/dV kernel a warpgroup MMA (its tiles have the
+    64 rows wgmma needs), none of Ampere's mma.sync the [queries, keys] tiles of 16 or 32 rows
+    compile to (the switch off)."""
     (row,) = compiled["keys_as_rows"]
-    _assert_compiled(row)
+    (default,) = compiled["default_kv"]
+    (queries_first,) = compiled["queries_first"]
+    for r in (row, default, queries_first):
+        _assert_compiled(r)
     assert (
         row["tile"] == [16, 64, 4, 2] and row["variant"] == "keys_as_rows=True, kv=(16, 64, 4, 2)"
     )
-    assert row["wgmma"] > 0 and row["mma_sync"] == 0, row
-    (table_kv,) = [r for r in compiled["rows"] if r["method"] == "rectify" and "kv" in r["kernel"]]
-    assert table_kv["mma_sync"] > 0 and table_kv["instructions"] > 0
+    assert default["tile"] == [16, 128, 8, 2] and "variant" not in default
+    for r in (row, default):
+        assert r["wgmma"] > 0 and r["mma_sync"] == 0, r
+    assert queries_first["mma_sync"] > 0 and queries_first["wgmma"] == 0, queries_first
 
 
 def test_per_score_counts_what_all_the_tiles_threads_issue_and_load_for_each_of_its_scores(
