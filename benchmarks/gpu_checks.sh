@@ -94,8 +94,9 @@ step attention 170 $py benchmarks/gpu_paper.py --attention-only --repeats 3 \
 # prompts; training's right padding in rectify_spans_ab), then where its step's time goes: each
 # CUDA kernel's time, beside SDPA's
 step rectify_padded 60 $py benchmarks/rectified_triton.py --lengths 8192 --padded 0.25 --repeats 3
-# where the padded step's memory goes (2.33× SDPA's at 4096 against 1.07× causal, unexplained):
-# each variant's step under the allocator's history, the blocks live at its peak, the snapshots
+# where the padded step's memory goes (2.33× SDPA's at 4096 against 1.07× causal on 2026-11-26;
+# 0.80× in both since Δ is computed a few heads at a time, 2026-11-27): each variant's step under
+# the allocator's history, the blocks live at its peak, the snapshots
 step rectify_memory 60 $py benchmarks/rectified_triton.py --lengths 4096 --padded 0.25 --repeats 1 \
   --memory-trace "$out/memory"
 step rectify_profile 60 $py benchmarks/rectified_triton.py --profile --lengths 8192 --padded 0.25
@@ -136,20 +137,20 @@ step rectify_split_ab 100 bash -c "$ab --lengths 4096 8192 --padded 0.25 --repea
 # left padding, 2026-11-27; compiled for sm_90 they take Hopper's warpgroup MMAs at 64 or 128
 # keys: triton_static.md) against the [queries, keys] tiles, each in its own process on the same
 # card, both with PADDING_SPANS: causal, training's right padding (neither timed with it yet),
-# then left padding; then its own tile sweep
+# then left padding, where 64 keys at 4 warps also runs (faster than 128 with the mask's bytes,
+# untimed with spans); rectify_tiles sweeps its tiles
 kv="--repeats 3 --padding-spans"
 step rectify_kv_ab 190 bash -c "$ab $kv --lengths 8192 --no-kv-keys-as-rows \
   && $ab $kv --lengths 8192 --kv-keys-as-rows \
   && $ab $kv --lengths 4096 8192 --padded 0.25 --padding-side right --no-kv-keys-as-rows \
   && $ab $kv --lengths 4096 8192 --padded 0.25 --padding-side right --kv-keys-as-rows \
   && $ab $kv --lengths 4096 8192 --padded 0.25 --no-kv-keys-as-rows \
-  && $ab $kv --lengths 4096 8192 --padded 0.25 --kv-keys-as-rows"
-step rectify_kv_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/rectified_triton.py --sweep \
-  --kv-keys-as-rows --lengths 4096 --padded 0.25 --budget-s "${SWEEP_S:-150}" \
-  --out "$out/rectified_kv_tiles.json"
+  && $ab $kv --lengths 4096 8192 --padded 0.25 --kv-keys-as-rows \
+  && $ab $kv --lengths 4096 8192 --padded 0.25 --kv-keys-as-rows --tiles '{\"kv\": [16, 64, 4, 2]}'"
 # LKG-RALM with 2 of 32 heads fused taken apart (benchmarks/relevance_fusion.py: the flex kernel
-# alone, with and without log α's gradient), and the guided rows apart (flex.ROWS_APART, off until
-# this shows it faster): with 2 of 32 heads and with every head
+# alone, with and without log α's gradient), and the guided rows apart (flex.ROWS_APART, off: on an
+# H200 under right padding slower at 4096 tokens, faster at 8192): with 2 of 32 heads and with
+# every head
 step lkg_heads 150 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192 --repeats 5 \
   --variants sdpa flex_2of32 flex_2of32_rows_apart flex_2of32_alone flex_2of32_alone_fixed_alpha \
   flex_2of32_alone_rows_apart flex_all flex_all_rows_apart

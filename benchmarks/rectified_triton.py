@@ -20,7 +20,8 @@ the tiles the mask rules out. Against causal SDPA on the same shape without a ma
 each length, forward only, every variant under the same mask (SDPA included).
 
 ``--sweep`` tunes the tile table instead (``tile_sweep.py``): each kernel's tiles (forward;
-dK/dV; dQ/dU) over ``tile_sweep.SWEEP`` with the others at the table's, forward alone for the
+dK/dV; dQ/dU) over ``tile_sweep.SWEEP`` (dK/dV over ``SWEEP_KEYS_AS_ROWS`` with
+``KV_KEYS_AS_ROWS``, the default) with the others at the table's, forward alone for the
 forward kernel and forward + backward for the two others, at ``--lengths[0]``; then the best of
 each together against the table and plain SDPA in the same run, and the best table's output
 error to the table's. A candidate that does not compile or launch (registers, shared memory) is
@@ -161,8 +162,9 @@ def _median_ms(fn, repeats: int) -> float:
 
 def sweep(args) -> dict:
     """Each kernel's candidate tiles, the others at the table's; then the best table. With
-    ``--kv-keys-as-rows`` dK/dV's alone, at 64 or 128 keys (``SWEEP_KEYS_AS_ROWS``), from the
-    table that switch gives, and today's kernel as run (``kv_queries_as_rows``) beside SDPA."""
+    ``KV_KEYS_AS_ROWS`` (on by default) dK/dV's candidates are its own, at 64 or 128 keys
+    (``SWEEP_KEYS_AS_ROWS``), and the kernel with the switch off at its table
+    (``kv_queries_as_rows``) is timed beside SDPA."""
     from zoomattn.methods.rectify import triton_kernel
     from zoomattn.methods.rectify.triton_kernel import _tiles
 
@@ -182,9 +184,10 @@ def sweep(args) -> dict:
     step, _ = _steps(q, u, k, v, None, mask)
     baselines = {"sdpa": lambda: step("sdpa")}
     shape = f"B=1, L={n}, heads={args.heads}, kv_heads={args.kv_heads}, head_dim={args.head_dim}"
-    candidates = None
-    if triton_kernel.KV_KEYS_AS_ROWS:  # dK/dV's tiles alone, beside today's kernel as run
-        candidates, shape = tile_sweep.SWEEP_KEYS_AS_ROWS, f"{shape}, dK/dV keys as rows"
+    candidates = tile_sweep.SWEEP
+    if triton_kernel.KV_KEYS_AS_ROWS:  # dK/dV's own tiles, and the kernel with the switch off
+        candidates = {**candidates, **tile_sweep.SWEEP_KEYS_AS_ROWS}
+        shape = f"{shape}, dK/dV keys as rows"
         baselines["kv_queries_as_rows"] = lambda: tile_sweep.with_switch(
             triton_kernel, "KV_KEYS_AS_ROWS", False, lambda: step("fused")
         )

@@ -44,8 +44,7 @@ def test_opamp_stacked_benchmark_times_both_ways_and_counts_less_kept_with_adapt
 
 def test_a_sweep_out_of_time_keeps_the_table_and_records_every_candidate_untried(tmp_path):
     out = tmp_path / "tiles.json"
-    _smoke("rectified_triton.py", "--sweep", "--no-kv-keys-as-rows", "--budget-s", "0", "--out",
-           str(out))  # fmt: skip
+    _smoke("rectified_triton.py", "--sweep", "--budget-s", "0", "--out", str(out))
     result = json.loads(out.read_text())
     assert result["best"] == result["table"] and result["best_vs_table_rel_error"] == 0.0
     assert {r["status"] for r in result["tried"]} == {"not tried: out of time"}
@@ -82,15 +81,21 @@ def test_rectification_benchmark_runs_each_mode_and_summarises_its_ratios(mode, 
     assert ("dK/dV keys as rows" in summary["shape"]) == keys_as_rows
 
 
-def test_a_sweep_of_dk_dv_as_key_rows_tries_its_own_candidates_and_no_other_kernel(tmp_path):
+@pytest.mark.parametrize("keys_as_rows", [True, False])
+def test_a_sweep_tries_every_kernel_and_dk_dv_over_the_tiles_of_its_layout(tmp_path, keys_as_rows):
+    """dK/dV's candidates are the 64- and 128-key tiles of its keys-first layout with
+    KV_KEYS_AS_ROWS, the [queries, keys] ones without; the forward's and dQ/dU's are swept too."""
     out = tmp_path / "tiles.json"
-    _smoke("rectified_triton.py", "--sweep", "--kv-keys-as-rows", "--budget-s", "0", "--out",
-           str(out))  # fmt: skip
-    tried = json.loads(out.read_text())["tried"]
-    assert [(r["kernel"], r["tile"]) for r in tried] == [
-        ("kv", [16, 64, 4, 1]),
-        ("kv", [16, 64, 4, 2]),
-    ]
+    flag = "--kv-keys-as-rows" if keys_as_rows else "--no-kv-keys-as-rows"
+    _smoke("rectified_triton.py", "--sweep", flag, "--budget-s", "0", "--out", str(out))
+    result = json.loads(out.read_text())
+    kv = [[16, 64, 4, 1], [16, 64, 4, 2]] if keys_as_rows else [[16, 32, 4, 1], [16, 32, 4, 2]]
+    assert [(r["kernel"], r["tile"]) for r in result["tried"]] == [
+        ("forward", [64, 32, 4, 2]), ("forward", [64, 32, 4, 3]),
+        *[("kv", tile) for tile in kv],
+        ("q", [32, 16, 4, 1]), ("q", [32, 16, 4, 2]),
+    ]  # fmt: skip
+    assert ("kv_queries_as_rows_ms" in result) == keys_as_rows
 
 
 @pytest.fixture
