@@ -171,7 +171,9 @@ def test_compiled_flex_fusion_under_activation_checkpointing_gives_every_gradien
     checkpointing. PyTorch 2.13's eager flex gives the captured log α a wrong gradient there
     (tests/methods/lkg/test_flex_checkpointing.py), so the model takes the guided rows apart under
     checkpointing (``flex.APART_UNDER_CHECKPOINTING``); this asks whether the compiled kernel,
-    CUDA's, is free of it with log α in the score_mod (the rows-apart case passes on the CPU)."""
+    CUDA's, is free of it with log α in the score_mod (the rows-apart case passes on the CPU). It
+    was on an H200 under the device image's PyTorch 2.11 (2026-11-27); the pinned 2.13 is
+    untested there, so the model still takes the rows apart."""
     if DEVICE == "cpu" and not flex.ROWS_APART:
         # on the CPU the fault shows as a wrong gradient, or as the recomputation under tracing
         # refusing a data-dependent step of ours (RuntimeError)

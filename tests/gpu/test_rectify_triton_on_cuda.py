@@ -146,7 +146,9 @@ def test_fused_kernel_under_activation_checkpointing_gives_the_gradients_in_bf16
      ((16, 64, 4, 2), "causal_prefill", torch.bfloat16), ((16, 64, 4, 2), "padded", torch.float32),
      (None, "padded", torch.bfloat16), (None, "causal_prefill", torch.bfloat16)],
 )  # fmt: skip
-def test_dk_dv_as_key_rows_matches_the_formula_on_cuda(kv, scenario, dtype, monkeypatch):
+def test_dk_dv_as_key_rows_or_query_rows_matches_the_formula_on_cuda(
+    kv, scenario, dtype, monkeypatch
+):
     """KV_KEYS_AS_ROWS (on by default since the H200 timed it) at the 64- and 128-key tiles the
     GPU A/B times (gpu_checks.sh); kv None: the switch off, [queries, keys] at the table's tile."""
     from zoomattn.methods.rectify import triton_kernel
