@@ -309,13 +309,19 @@ KERNEL_OF_TILE = {"forward": "_forward", "kv": "_backward_kv", "q": "_backward_q
 
 
 def sweep_rows(method: str, n: int, masked: bool) -> list[dict]:
-    """The candidates of rectification's GPU sweep (``tile_sweep.SWEEP``), each kernel's
-    own tile varied with the others at ``method``'s table: the row of the kernel whose tile
-    varies."""
-    from tile_sweep import SWEEP
+    """The candidates of rectification's GPU sweep (``tile_sweep.SWEEP``; dK/dV's from
+    ``SWEEP_KEYS_AS_ROWS`` with rectification's ``KV_KEYS_AS_ROWS``, as
+    ``rectified_triton.py --sweep`` takes them), each kernel's own tile varied with the others at
+    ``method``'s table: the row of the kernel whose tile varies."""
+    from tile_sweep import SWEEP, SWEEP_KEYS_AS_ROWS
 
+    from zoomattn.methods.rectify import triton_kernel
+
+    sweep = SWEEP
+    if method == "rectify" and triton_kernel.KV_KEYS_AS_ROWS:
+        sweep = {**SWEEP, **SWEEP_KEYS_AS_ROWS}
     table, rows = TABLES[method](), []
-    for name, candidates in SWEEP.items():
+    for name, candidates in sweep.items():
         for tile in candidates:
             tiles = {**table, name: tile}
             rows += static_rows(method, n, masked, tiles, [KERNEL_OF_TILE[name]])
