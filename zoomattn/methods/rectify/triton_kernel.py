@@ -95,8 +95,9 @@ KV_KEYS_AS_ROWS = True
 # dZ and dZ ∘ g′ in two parts, hi + lo, in their products with Q, U and K (on), or rounded once as
 # FlashAttention rounds dS (off: those products halved, the backward loops 9-15 % shorter at sm_90,
 # the gradients' bf16 error ~1.4× this setting's at 128 tokens; module docstring). Stays on: on the
-# H200 (2026-11-27) rounding once was no faster at 4096 tokens and 7 % (25 % left padding) to 10 %
-# (causal) faster at 8192, too little for that error.
+# H200 (2026-11-27), by the time's ratio to each process's SDPA, rounding once was 5 % slower at
+# 4096 tokens under 25 % left padding and 7 % (that padding) to 12 % (causal) faster at 8192, too
+# little for that error.
 SPLIT_SCORE_GRADIENTS = True
 
 
