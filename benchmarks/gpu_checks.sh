@@ -167,11 +167,14 @@ step lkg_tiles 240 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192
 # training's right padding read by flex's mask_mod as each row's span of real keys
 # (flex.PADDING_SPANS, on since this step timed it on an H200, 2026-11-27) instead of one mask
 # byte per score of a partial tile (the _mask_bytes variants, the path before): against the formula
-# (right and left padding), then timed under a mask of 25% right padding, SDPA under the same
+# (right and left padding), with the checkpointing test beside it (right padding, read as spans
+# since they are the default: a paper-preset fine-tune's path, the rows apart, on the card), then
+# timed under a mask of 25% right padding, SDPA under the same
 # mask as the baseline (the step above times causal without a mask, where flex reads none); and
 # the guided rows apart there (the padding is OTHER, as the model's segments make it, so the rows
 # apart are the question and answer rows alone, as without the mask)
-step lane_lkg_spans 150 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py -k padding_spans
+step lane_lkg_spans 150 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py \
+  -k "padding_spans or checkpointing"
 step lkg_spans 240 $py benchmarks/relevance_fusion.py --cuda --padded 0.25 --padding-side right \
   --lengths 4096 8192 --repeats 5 --variants sdpa flex_2of32 flex_2of32_mask_bytes \
   flex_2of32_alone flex_2of32_alone_mask_bytes flex_all flex_all_mask_bytes \
