@@ -184,9 +184,8 @@ def sweep(args) -> dict:
     step, _ = _steps(q, u, k, v, None, mask)
     baselines = {"sdpa": lambda: step("sdpa")}
     shape = f"B=1, L={n}, heads={args.heads}, kv_heads={args.kv_heads}, head_dim={args.head_dim}"
-    candidates = tile_sweep.SWEEP
-    if triton_kernel.KV_KEYS_AS_ROWS:  # dK/dV's own tiles, and the kernel with the switch off
-        candidates = {**candidates, **tile_sweep.SWEEP_KEYS_AS_ROWS}
+    candidates = tile_sweep.sweep_candidates(triton_kernel.KV_KEYS_AS_ROWS)
+    if triton_kernel.KV_KEYS_AS_ROWS:  # beside SDPA, the kernel with the switch off
         shape = f"{shape}, dK/dV keys as rows"
         baselines["kv_queries_as_rows"] = lambda: tile_sweep.with_switch(
             triton_kernel, "KV_KEYS_AS_ROWS", False, lambda: step("fused")

@@ -33,6 +33,12 @@ SWEEP_KEYS_AS_ROWS = {
 }
 
 
+def sweep_candidates(keys_as_rows: bool) -> dict:
+    """Each kernel's candidate tiles: ``SWEEP``, dK/dV's from ``SWEEP_KEYS_AS_ROWS`` where its
+    tiles are laid out keys first (rectification's ``KV_KEYS_AS_ROWS``)."""
+    return {**SWEEP, **SWEEP_KEYS_AS_ROWS} if keys_as_rows else SWEEP
+
+
 def once_ms(fn, device: str) -> float:
     """Milliseconds of one call of ``fn``: CUDA events on CUDA, wall time on the CPU (Triton's
     interpreter: ``--smoke``)."""

@@ -313,13 +313,11 @@ def sweep_rows(method: str, n: int, masked: bool) -> list[dict]:
     ``SWEEP_KEYS_AS_ROWS`` with rectification's ``KV_KEYS_AS_ROWS``, as
     ``rectified_triton.py --sweep`` takes them), each kernel's own tile varied with the others at
     ``method``'s table: the row of the kernel whose tile varies."""
-    from tile_sweep import SWEEP, SWEEP_KEYS_AS_ROWS
+    from tile_sweep import sweep_candidates
 
     from zoomattn.methods.rectify import triton_kernel
 
-    sweep = SWEEP
-    if method == "rectify" and triton_kernel.KV_KEYS_AS_ROWS:
-        sweep = {**SWEEP, **SWEEP_KEYS_AS_ROWS}
+    sweep = sweep_candidates(method == "rectify" and triton_kernel.KV_KEYS_AS_ROWS)
     table, rows = TABLES[method](), []
     for name, candidates in sweep.items():
         for tile in candidates:
