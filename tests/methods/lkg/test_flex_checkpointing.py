@@ -18,6 +18,7 @@ from tests.methods.lkg.test_flex import (  # noqa: F401 (fixtures)
     rows_apart,
     trained,
 )
+from tests.spies import record_returns
 from zoomattn.attention import kernels
 from zoomattn.data.tasks import multihop, single_doc
 from zoomattn.methods.lkg import flex
@@ -40,8 +41,7 @@ def test_gradient_checkpointing_on_the_fused_path_gives_the_same_loss_and_gradie
     monkeypatch.setattr(flex, "APART_UNDER_CHECKPOINTING", apart_under_checkpointing)
     apart_anyway = flex.ROWS_APART  # the rows_apart fixture's setting
     batch = batch_of(tok, [single_doc(sampler, 0.75), multihop(sampler, 0.6)])
-    calls, real = [], flex.guided_rows_attention
-    monkeypatch.setattr(flex, "guided_rows_attention", lambda *a: calls.append(1) or real(*a))
+    calls = record_returns(monkeypatch, flex, "guided_rows_attention")
     model, loss, grads = trained(monkeypatch, kernels.FUSED, base_tok, tok, batch)
     apart = len(calls)
     calls.clear()
@@ -55,10 +55,14 @@ def test_gradient_checkpointing_on_the_fused_path_gives_the_same_loss_and_gradie
     torch.testing.assert_close(checkpointed_loss, loss, atol=1e-6, rtol=1e-6)
     assert checkpointed_grads.keys() == grads.keys() and any("estimator" in n for n in grads)
 
-    def compare():
-        for name, grad in grads.items():
+    def compare():  # 1e-5: without the rows apart in the first run, the two round differently
+        for name, grad in grads.items():  # (3.8e-6 of 5.0 on an AMD EPYC); the bug's are ~1
             torch.testing.assert_close(
-                checkpointed_grads[name], grad, atol=1e-6, rtol=1e-5, msg=name
+                checkpointed_grads[name],
+                grad,
+                atol=1e-5,
+                rtol=1e-5,
+                msg=lambda m, n=name: f"{n}: {m}",
             )
 
     if apart_anyway or apart_under_checkpointing:
@@ -99,8 +103,7 @@ def test_a_checkpointed_call_takes_the_guided_rows_apart_eager_or_compiled(compi
     2.13) alike. On the CPU the eager kernel stands in for the compiled one."""
     monkeypatch.setattr(flex, "ROWS_APART", False)
     monkeypatch.setattr(flex, "compiled_flex_attention", lambda autotune: flex_api.flex_attention)
-    calls, real = [], flex.guided_rows_attention
-    monkeypatch.setattr(flex, "guided_rows_attention", lambda *a: calls.append(1) or real(*a))
+    calls = record_returns(monkeypatch, flex, "guided_rows_attention")
     (q, k, v), log_alpha = _inputs()
     out = flex.flex_relevance_attention(
         q, k, v, None, SCALE, [1, 2], SEGMENTS, SEGMENTS, log_alpha,
