@@ -48,6 +48,27 @@ def kv_keys_as_rows(request, monkeypatch):
     return request.param
 
 
+def switches_pairwise(name: str, values: tuple) -> pytest.MarkDecorator:
+    """A model-scale test's cases over both switches and a two-valued ``name``: four runs in
+    which every pair of the three takes each of its four value pairs (the orthogonal array L4)
+    and the defaults (both on) meet ``values[0]``, where the full product takes eight; the
+    kernel-scale tests above run every switch with every case."""
+    first, second = values
+    cases = [(True, True, first), (True, False, second), (False, True, second),
+             (False, False, first)]  # fmt: skip
+    ids = [
+        f"{'padding_spans' if spans else 'mask_bytes'}-"
+        f"{'kv_keys_as_rows' if keys else 'kv_queries_as_rows'}-{value}"
+        for spans, keys, value in cases
+    ]
+    return pytest.mark.parametrize(
+        ("padding_spans", "kv_keys_as_rows", name),
+        cases,
+        ids=ids,
+        indirect=["padding_spans", "kv_keys_as_rows"],
+    )
+
+
 N = 24  # 16 + 8: two query tiles and two key tiles, the second ragged
 # name: (B, H, H_kv, L, S, padding lengths or None: left padding, right where the name says so);
 # GQA throughout (2 query heads per KV head)
@@ -227,7 +248,7 @@ def test_fused_row_whose_first_tile_allows_nothing_keeps_its_true_maximum():
     torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("padding", ["left", "right"])
+@switches_pairwise("padding", ("right", "left"))  # right: training's, with the defaults
 def test_a_trained_model_gives_the_reference_logits_and_gradients_through_the_fused_kernel(
     base_dir, on_cuda_under_fused, padding, monkeypatch
 ):
@@ -309,7 +330,7 @@ def test_gradient_checkpointing_recomputes_the_fused_kernel_to_the_same_gradient
         torch.testing.assert_close(checkpointed[name], grad, atol=1e-6, rtol=1e-5, msg=name)
 
 
-@pytest.mark.parametrize("fused_decoding", [False, True])
+@switches_pairwise("fused_decoding", (True, False))
 def test_generation_prefills_a_padded_batch_through_the_fused_kernel_and_decodes_as_set(
     base_dir, monkeypatch, on_cuda_under_fused, fused_decoding
 ):
@@ -340,11 +361,11 @@ def test_generation_prefills_a_padded_batch_through_the_fused_kernel_and_decodes
     torch.testing.assert_close(fused_logits, logits, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("padding_spans", [True], ids=["padding_spans"], indirect=True)
 @pytest.mark.parametrize("scenario", ["padded", "right_padded"])
 def test_a_padding_mask_reaches_the_kernels_as_key_spans_once_per_mask(monkeypatch, scenario):
     """With PADDING_SPANS, forward and backward get mode 2 (a mask of one row broadcast over the
     batch included), and the mask is examined once while the same tensor comes back unedited."""
-    monkeypatch.setattr(triton_kernel, "PADDING_SPANS", True)
     kinds, examined = [], []
     common, spans = triton_kernel._common, triton_kernel.padding_spans
 

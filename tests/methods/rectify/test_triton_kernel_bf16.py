@@ -26,10 +26,33 @@ interpreter_or_skip("tests/gpu/test_rectify_triton_on_cuda.py")
 from zoomattn.methods.rectify import triton_kernel  # noqa: E402
 from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention  # noqa: E402
 
+SWITCHES = [(True, True), (True, False), (False, True), (False, False)]  # spans, keys as rows
+XI_SPLIT = [(3.0, True), (10.0, False), (10.0, True), (3.0, False)]
 
-@pytest.mark.parametrize("split", [True, False], ids=["split", "rounded_once"])
-@pytest.mark.parametrize("xi", [3.0, 10.0])
-@pytest.mark.parametrize("name", G_VARIANTS)
+
+def _switches_id(spans: bool, keys: bool) -> str:
+    rows = "keys" if keys else "queries"
+    return f"{'padding_spans' if spans else 'mask_bytes'}-kv_{rows}_as_rows"
+
+
+# a Latin square: each g meets each pair of switches once and each (ξ, split) once, and each
+# pair of switches meets each (ξ, split) once: 16 cases where the full product takes 64
+BF16_CASES = [
+    pytest.param(
+        spans, keys, name, xi, split,
+        id=f"{_switches_id(spans, keys)}-{name}-{xi}-{'split' if split else 'rounded_once'}",
+    )
+    for i, name in enumerate(G_VARIANTS)
+    for j, (spans, keys) in enumerate(SWITCHES)
+    for xi, split in [XI_SPLIT[(i + j) % 4]]
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("padding_spans", "kv_keys_as_rows", "name", "xi", "split"),
+    BF16_CASES,
+    indirect=["padding_spans", "kv_keys_as_rows"],
+)
 def test_fused_bf16_is_as_accurate_as_bf16_sdpa_in_values_and_gradients(
     name, xi, split, monkeypatch
 ):
@@ -42,7 +65,14 @@ def test_fused_bf16_is_as_accurate_as_bf16_sdpa_in_values_and_gradients(
     _assert_as_accurate_as_sdpa(name, xi, torch.bfloat16)
 
 
-@pytest.mark.parametrize("name", G_VARIANTS)
+@pytest.mark.parametrize(
+    ("padding_spans", "kv_keys_as_rows", "name"),
+    [
+        pytest.param(*switches, name, id=f"{_switches_id(*switches)}-{name}")
+        for switches, name in zip(SWITCHES, G_VARIANTS, strict=True)
+    ],  # fmt: skip
+    indirect=["padding_spans", "kv_keys_as_rows"],
+)  # each g once, each pair of switches once
 def test_fused_fp16_at_xi_10_is_as_accurate_as_fp16_sdpa_in_values_and_gradients(name):
     """fp16 inputs keep the output's rounding error for Δ as bf16 ones do (without it, 1.3-1.5×
     SDPA's error here)."""
