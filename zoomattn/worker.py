@@ -294,7 +294,7 @@ def serve(path: str, preload: tuple[str, ...] | None = None, entry: str = ENTRY)
     server.bind(tmp)
     server.listen(16)
     os.replace(tmp, path)  # clients see the socket only once it is listening
-    server.settimeout(1.0)
+    server.settimeout(0.2)  # how soon a SIGTERM (stop) is seen: accept() resumes after it
     print(f"zoomattn worker: ready in {time.time() - t0:.1f} s at {path}", flush=True)
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGHUP):  # stop, and remove the socket
