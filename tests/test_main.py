@@ -196,3 +196,33 @@ def test_a_stage_job_logs_the_cpu_it_ran_on(monkeypatch, caplog):
     capability = torch.backends.cpu.get_cpu_capability()
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cpu: ")]
     assert logged == [f"cpu: {cli.cpu_description()}"] and logged[0].endswith(f", {capability}")
+
+
+LEAVING = """
+import atexit, sys, threading, time
+from zoomattn.__main__ import exit_without_teardown
+atexit.register(lambda: print("atexit ran", flush=True))
+def late():
+    time.sleep(0.3)
+    print("thread done", end=" ")
+threading.Thread(target=late).start()
+sys.stdout.write("buffered ")
+{before}
+exit_without_teardown(3)
+print("returned")
+"""
+
+
+def test_a_process_leaves_without_teardown_after_its_threads_atexit_and_buffered_output():
+    done = subprocess.run([sys.executable, "-c", LEAVING.format(before="")], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "buffered thread done atexit ran\n"
+
+
+def test_under_a_profiler_leaving_is_left_to_python_so_the_profile_is_written():
+    profiled = LEAVING.format(before="sys.setprofile(lambda *a: None)")
+    done = subprocess.run([sys.executable, "-c", profiled], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("buffered returned")

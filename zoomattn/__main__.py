@@ -315,7 +315,13 @@ def exit_without_teardown(code: int = 0) -> None:
     """Leave as Python does after ``main`` returns, less its teardown of the loaded modules, which
     takes ~3 s once torch, transformers and peft are in (every job process, each distributed
     rank, the worker): threads joined, atexit handlers run (logging's and MLflow's among them),
-    streams flushed, then ``os._exit``, the way the warm worker's children have always left."""
+    streams flushed, then ``os._exit``, the way the warm worker's children have always left.
+    Under a profiler or tracer (``python -m cProfile``, a debugger), which reports after the
+    program returns, it returns and Python exits as usual."""
+    monitoring = getattr(sys, "monitoring", None)  # Python 3.12's profilers use it
+    tools = (monitoring.get_tool(i) for i in range(6)) if monitoring else ()
+    if sys.getprofile() or sys.gettrace() or any(tools):
+        return
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()
