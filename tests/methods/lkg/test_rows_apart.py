@@ -85,3 +85,17 @@ def test_backward_keeps_the_rows_outputs_and_log_sum_exps_not_their_scores(dtype
     assert kept_bytes <= B * H * r * (D * q.element_size() + 4 * D + 4) + 16 * B * (L + r)
     out.float().sum().backward()  # and backward runs from what was kept
     assert log_alpha.grad is not None and log_alpha.grad.abs().sum() > 0
+
+
+def test_with_log_alpha_frozen_q_k_and_v_get_the_gradients_they_get_beside_a_trained_one():
+    """A log α that needs no gradient (an estimator not trained): backward skips its sum over
+    the scores, and q, k and v get the same gradients, bit for bit."""
+    q, k, v, mask, rows, segments, log_alpha = inputs(torch.float32, padded=True)
+    leaves = (q, k, v)
+    trained = rows_apart.guided_rows_attention(q, k, v, mask, None, rows, segments, log_alpha)
+    want = torch.autograd.grad(trained.sum(), leaves)
+    frozen = log_alpha.detach()
+    out = rows_apart.guided_rows_attention(q, k, v, mask, None, rows, segments, frozen)
+    got = torch.autograd.grad(out.sum(), leaves)
+    for name, a, b in zip("qkv", got, want, strict=True):
+        torch.testing.assert_close(a, b, atol=0, rtol=0, msg=name)

@@ -152,9 +152,7 @@ def fusion_bias(
     keeps no ``[L, S]`` tensor for this function.
     """
     row, col = query_segments[:, None, :, None], key_segments[:, None, None, :]
-    # log α of each key column, 0 for non-passage columns (slot 0: a zero put in front).
-    slot = (key_segments + 1).clamp(min=0)
-    column_alpha = F.pad(log_alpha, (1, 0)).gather(-1, slot)[:, None, None, :]
+    column_alpha = column_log_alpha(key_segments, log_alpha).to(log_alpha.dtype)[:, None, None, :]
     guided_rows = (row == QUESTION) | (row == TAIL)
     cross = (row >= 0) & (col >= 0) & (row != col)
     blocked = cross | ~allowed.bool()

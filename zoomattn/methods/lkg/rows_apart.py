@@ -115,20 +115,23 @@ class _GuidedRows(torch.autograd.Function):
         delta = (d_out * out).sum(-1)  # FlashAttention's Δ: rowsum(dO ∘ O)
         d_q = torch.empty(b, h, r, d, dtype=bias.dtype, device=q_rows.device)
         d_k, d_v, d_bias = torch.zeros_like(k_f), torch.zeros_like(v_f), torch.zeros_like(bias)
+        bias_needs_grad = ctx.needs_input_grad[3]  # log α: the estimator's, when it trains
         for part in _chunks(b, h, r, s, bias.element_size()):
             allowed = allowed_rows(mask, rows[:, part], ctx.n_q, s)
-            q_part, g_part, lse_part = q_rows[:, :, part], d_out[:, :, part], lse[:, :, part]
+            q_part = q_rows[:, :, part].to(bias.dtype)  # once: scores and dK both read it
+            g_part, lse_part = d_out[:, :, part], lse[:, :, part]
             probs, _ = _probabilities(q_part, k_f, bias, allowed, scale, lse_part)
             probs, g_part = probs.view(b, n_kv, -1, s), g_part.reshape(b, n_kv, -1, d)
-            q_part = q_part.to(bias.dtype).reshape(b, n_kv, -1, d)
+            q_part = q_part.reshape(b, n_kv, -1, d)
             d_v += probs.transpose(-1, -2) @ g_part
             d_scores = (g_part @ v_f.transpose(-1, -2)).view(b, h, -1, s)
             d_scores.sub_(delta[:, :, part, None]).mul_(probs.view_as(d_scores))
             del probs
-            d_bias += d_scores.sum((1, 2))
+            if bias_needs_grad:
+                d_bias += d_scores.sum((1, 2))
             d_scores = d_scores.view(b, n_kv, -1, s)
             d_q[:, :, part] = (d_scores @ k_f).view(b, h, -1, d) * scale
             d_k += d_scores.transpose(-1, -2) @ q_part * scale
             del d_scores
-        grads = (d_q.to(q_rows.dtype), d_k.to(k.dtype), d_v.to(v.dtype), d_bias)
-        return (*grads, None, None, None, None)
+        grads = (d_q.to(q_rows.dtype), d_k.to(k.dtype), d_v.to(v.dtype))
+        return (*grads, d_bias if bias_needs_grad else None, None, None, None, None)
