@@ -29,8 +29,9 @@ deadline=$(($(date +%s) + ${BUDGET_S:-530}))
 # a session's first call, on the bare image: the defaults turned on after the H200 run of
 # 2026-11-27 against their formulas on the card, together for the first time (rectification's
 # kernel with key spans and keys-first dK/dV at 128 keys; LKG-RALM's flex with key spans), then
-# keys-first dK/dV timed where it was not (causal, training's right padding)
-FIRST="lane_rectify_triton lane_lkg_spans rectify_kv_ab"
+# keys-first dK/dV timed where it was not (causal, training's right padding), and training's
+# padded rows skipped (SKIP_PADDED_ROWS: off until timed) against computed
+FIRST="lane_rectify_triton lane_lkg_spans rectify_kv_ab rectify_skip_ab"
 [[ ${STEPS:-} == first ]] && STEPS=$FIRST
 # the steps that need the project's packages, absent from the device tool's bare image
 NEEDS_INSTALL="attention overhead lane_distributed lane_methods lane_small_dag"
@@ -148,6 +149,12 @@ step rectify_kv_ab 190 bash -c "$ab $kv --lengths 8192 --no-kv-keys-as-rows \
   && $ab $kv --lengths 4096 8192 --padded 0.25 --no-kv-keys-as-rows \
   && $ab $kv --lengths 4096 8192 --padded 0.25 --kv-keys-as-rows \
   && $ab $kv --lengths 4096 8192 --padded 0.25 --kv-keys-as-rows --tiles '{\"kv\": [16, 64, 4, 2]}'"
+# training's right-padded rows skipped (SKIP_PADDED_ROWS, off until timed: the padded rows attend
+# to nothing, a fine-tune's loss and gradients unchanged; at 25 % right padding 40 % of the
+# scores the mask allows) against computed, each in its own process on the same card, with key
+# spans
+sk="--repeats 3 --padding-spans --lengths 4096 8192 --padded 0.25 --padding-side right"
+step rectify_skip_ab 80 bash -c "$ab $sk --no-skip-padded-rows && $ab $sk --skip-padded-rows"
 # LKG-RALM with 2 of 32 heads fused taken apart (benchmarks/relevance_fusion.py: the flex kernel
 # alone, with and without log α's gradient), and the guided rows apart (flex.ROWS_APART, off: on an
 # H200 under right padding slower at 4096 tokens, faster at 8192): with 2 of 32 heads and with

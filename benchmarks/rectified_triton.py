@@ -211,6 +211,9 @@ def main() -> None:
     p.add_argument("--kv-keys-as-rows", action=argparse.BooleanOptionalAction,
                    help="dK/dV's tiles as [keys, queries] (KV_KEYS_AS_ROWS), at the table's "
                         'tile for it or one given: --tiles \'{"kv": [16, 64, 4, 2]}\'')  # fmt: skip
+    p.add_argument("--skip-padded-rows", action=argparse.BooleanOptionalAction,
+                   help="with padding spans, right padding's padded rows attend to nothing "
+                        "(SKIP_PADDED_ROWS; off by default)")  # fmt: skip
     p.add_argument("--rounded-once", action="store_true",
                    help="dZ rounded once in the backward's products, not in two parts "
                         "(SPLIT_SCORE_GRADIENTS off)")  # fmt: skip
@@ -225,6 +228,7 @@ def main() -> None:
     for name, on in (
         ("PADDING_SPANS", args.padding_spans),
         ("KV_KEYS_AS_ROWS", args.kv_keys_as_rows),
+        ("SKIP_PADDED_ROWS", args.skip_padded_rows),
     ):
         if on is not None:
             setattr(triton_kernel, name, on)
@@ -243,6 +247,8 @@ def main() -> None:
     what = f"{what}, g={G}, {special}"  # the switches as the kernel module has them
     what += ", padding spans" if triton_kernel.PADDING_SPANS else ""
     what += ", dK/dV keys as rows" if triton_kernel.KV_KEYS_AS_ROWS else ""
+    spans_and_skip = triton_kernel.PADDING_SPANS and triton_kernel.SKIP_PADDED_ROWS
+    what += ", padded rows skipped" if spans_and_skip else ""
     what += "" if triton_kernel.SPLIT_SCORE_GRADIENTS else ", dZ rounded once"
     tile_sweep.report_lengths(args, run, what, DEVICE)
 

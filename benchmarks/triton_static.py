@@ -109,14 +109,14 @@ def opamp_table(dtype=torch.bfloat16) -> dict:
 
 def rectify_launches(
     n: int, masked: bool, tiles=None, g="max", dtype=torch.bfloat16, queries=None, spans=None,
-    keys_as_rows=None, kv=None, rounded_once=None,
+    keys_as_rows=None, kv=None, rounded_once=None, skip_padded_rows=None,
 ) -> list[Launch]:  # fmt: skip
     """The launches of one forward and backward at n tokens; with ``queries`` (a decoding step:
     that many queries over n keys) the forward only, as generation runs it. The switches, each
     as the kernel module has it unless given: ``spans``, ``PADDING_SPANS`` (the padding mask as
     each row's span of real keys); ``keys_as_rows``, ``KV_KEYS_AS_ROWS`` (dK/dV's tiles as
     [keys, queries]), ``kv`` its tile; ``rounded_once``, ``SPLIT_SCORE_GRADIENTS`` off (dZ
-    rounded once in the backward's products)."""
+    rounded once in the backward's products); ``skip_padded_rows``, ``SKIP_PADDED_ROWS``."""
     from zoomattn.methods.rectify import triton_kernel
     from zoomattn.methods.rectify.kernel import Rectifier
 
@@ -125,7 +125,7 @@ def rectify_launches(
     g = Rectifier(g, 3.0)
     split = None if rounded_once is None else not rounded_once
     switches = {"PADDING_SPANS": spans, "KV_KEYS_AS_ROWS": keys_as_rows,
-                "SPLIT_SCORE_GRADIENTS": split}  # fmt: skip
+                "SPLIT_SCORE_GRADIENTS": split, "SKIP_PADDED_ROWS": skip_padded_rows}  # fmt: skip
     with switched(triton_kernel, **{k: on for k, on in switches.items() if on is not None}):
         tiles = tiles or rectify_table()  # the table as the switches give it
         if kv is not None:

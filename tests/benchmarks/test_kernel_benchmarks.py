@@ -58,7 +58,7 @@ def test_a_sweep_out_of_time_keeps_the_table_and_records_every_candidate_untried
      (["--profile"], "forward_fused_vs_sdpa"), (["--tritons-special"], "fused_time_vs_sdpa"),
      (["--libdevice-log", "--no-padding-spans", "--no-kv-keys-as-rows"], "fused_time_vs_sdpa"),
      (["--no-padding-spans", "--padding-side", "right"], "fused_time_vs_sdpa"),
-     (["--padding-spans", "--padding-side", "right", "--kv-keys-as-rows",
+     (["--padding-spans", "--padding-side", "right", "--kv-keys-as-rows", "--skip-padded-rows",
        "--tiles", '{"kv": [16, 32, 1, 1]}'], "fused_time_vs_sdpa")],
 )  # fmt: skip
 def test_rectification_benchmark_runs_each_mode_and_summarises_its_ratios(mode, key):
@@ -79,6 +79,8 @@ def test_rectification_benchmark_runs_each_mode_and_summarises_its_ratios(mode, 
     assert ("padding spans" in summary["shape"]) == spans
     keys_as_rows = on("--kv-keys-as-rows", triton_kernel.KV_KEYS_AS_ROWS)
     assert ("dK/dV keys as rows" in summary["shape"]) == keys_as_rows
+    skip = spans and on("--skip-padded-rows", triton_kernel.SKIP_PADDED_ROWS)
+    assert ("padded rows skipped" in summary["shape"]) == skip
 
 
 @pytest.mark.parametrize("keys_as_rows", [True, False])

@@ -59,10 +59,13 @@ keys_as_rows = triton_static.static_rows("rectify", 256, True, tiles, ["_backwar
 queries_first = triton_static.static_rows("rectify", 256, True, tiles, ["_backward_kv"],
                                           keys_as_rows=False)
 default_kv = triton_static.static_rows("rectify", 256, True, None, ["_backward_kv"])
-switches = [r for switch in ({"spans": True}, {"rounded_once": True})
+switches = [r for switch in ({"spans": True}, {"rounded_once": True},
+                             {"spans": True, "skip_padded_rows": True})
             for r in triton_static.static_rows("rectify", 256, True, tiles, **switch)]
 spans_modes = [launch.kwargs["HAS_MASK"]
-               for launch in triton_static.rectify_launches(256, True, tiles, spans=True)]
+               for skip in (False, True)
+               for launch in triton_static.rectify_launches(256, True, tiles, spans=True,
+                                                            skip_padded_rows=skip)]
 print(json.dumps({"rows": rows, "keys_as_rows": keys_as_rows, "queries_first": queries_first,
                   "default_kv": default_kv, "arch": compiled.metadata.target.arch,
                   "switches": switches, "spans_modes": spans_modes,
@@ -128,18 +131,19 @@ def test_every_g_and_a_decoding_step_compile_for_sm90_each_a_kernel_of_its_own(c
 
 
 def test_every_kernel_compiles_for_sm90_with_each_switch_that_changes_its_code(compiled):
-    """PADDING_SPANS (the mask as key spans: HAS_MASK 2) and SPLIT_SCORE_GRADIENTS off: Triton's
+    """PADDING_SPANS (the mask as key spans: HAS_MASK 2; with SKIP_PADDED_ROWS, 3) and
+    SPLIT_SCORE_GRADIENTS off: Triton's
     interpreter runs code its compiler refuses (a return inside a constexpr branch ran there),
     so the suite's interpreter tests alone do not show that a switch's kernels compile."""
     rows = compiled["switches"]
     assert [(r["kernel"], r["variant"]) for r in rows] == [
         (k, v)
-        for v in ("spans=True", "rounded_once=True")
+        for v in ("spans=True", "rounded_once=True", "spans=True, skip_padded_rows=True")
         for k in ("_forward", "_backward_kv", "_backward_q")
     ]
     for row in rows:
         _assert_compiled(row)
-    assert compiled["spans_modes"] == [2, 2, 2]  # the spans' code, not the mask bytes'
+    assert compiled["spans_modes"] == [2, 2, 2, 3, 3, 3]  # the spans' code, not the mask bytes'
 
 
 def test_dk_dv_as_key_rows_compiles_to_hoppers_warpgroup_mmas_only(compiled):

@@ -103,6 +103,26 @@ def test_padding_as_each_rows_key_span_or_as_bytes_matches_the_formula_on_cuda(
     assert all(s is not None for s in read) and bool(read) == spans
 
 
+@pytest.mark.parametrize("scenario", ["right_padded", "padded"])
+def test_padded_rows_skipped_match_the_formula_with_those_rows_empty_on_cuda(scenario, monkeypatch):
+    """SKIP_PADDED_ROWS (off by default until a GPU times it): with key spans, right padding's
+    padded rows attend to nothing (their tiles skipped); left padding's never saw a key."""
+    from zoomattn.methods.rectify import triton_kernel
+
+    monkeypatch.setattr(triton_kernel, "PADDING_SPANS", True)
+    monkeypatch.setattr(triton_kernel, "SKIP_PADDED_ROWS", True)
+    _check_against_formula("max", scenario, torch.bfloat16, empty_padded_rows=True)
+    (q, u, k, v), mask = _inputs(scenario, torch.bfloat16)
+    with torch.no_grad():
+        out = triton_kernel.fused_rectified_attention(q, u, k, v, Rectifier("max", 3.0), mask)
+    n, _, lengths = SCENARIOS[scenario]
+    no_key = ~mask.any(-1)[:, 0]  # [B, L]: left padding's rows
+    if scenario == "right_padded":  # and right padding's, which saw every real key
+        no_key |= torch.arange(n, device=DEVICE) >= torch.tensor(lengths, device=DEVICE)[:, None]
+    assert no_key.sum() == n - min(lengths)
+    assert out.transpose(1, 2)[no_key].eq(0).all() and out.transpose(1, 2)[~no_key].ne(0).any()
+
+
 @pytest.mark.parametrize("spans", [False, True], ids=["mask_bytes", "padding_spans"])
 def test_fused_kernel_under_activation_checkpointing_gives_the_gradients_in_bf16(
     spans, monkeypatch
@@ -169,16 +189,25 @@ def test_score_gradients_rounded_once_or_at_xi_10_match_the_formula_on_cuda(spli
     _check_against_formula("max", "padded", torch.bfloat16, xi=xi)
 
 
-def _check_against_formula(name, scenario, dtype, tiles=None, xi=3.0):
-    from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention
+def _check_against_formula(name, scenario, dtype, tiles=None, xi=3.0, empty_padded_rows=False):
+    """``empty_padded_rows``: against the formula with right padding's padded rows allowing no
+    key (SKIP_PADDED_ROWS)."""
+    from zoomattn.attention.tile_ranges import padding_spans
+    from zoomattn.methods.rectify.triton_kernel import (
+        fused_rectified_attention,
+        without_padded_rows,
+    )
 
     tensors, mask = _inputs(scenario, dtype)
     g = Rectifier(name, xi)
+    formula_mask = mask
+    if empty_padded_rows:
+        formula_mask = without_padded_rows(mask, padding_spans(mask))
     ok = torch.ones((), dtype=torch.bool, device=DEVICE)
-    ok = ok if mask is None else mask.any(-1, keepdim=True)
+    ok = ok if mask is None else formula_mask.any(-1, keepdim=True)
     out_error, grad_error = _errors(
         lambda *t: fused_rectified_attention(*t, g, mask, tiles=tiles),
-        lambda *t: rectified_attention_materialised(*t, g, mask),
+        lambda *t: rectified_attention_materialised(*t, g, formula_mask),
         tensors,
         ok,
     )

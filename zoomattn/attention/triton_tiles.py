@@ -146,11 +146,16 @@ def allowed_keys(rows, keys, mask_rows, n_q, n_k, offset, CAUSAL: tl.constexpr,
     causal, given by the batch row's first real key and one past its last (``mask_rows``: those
     two numbers, once per row; ``tile_ranges.padding_spans``), no mask bytes loaded: each row's
     bounds are found per row (end ≤ S, causal and a row past the queries in the last), so each
-    score takes two comparisons."""
-    if HAS_MASK == 2:  # (Triton compiles no return inside a branch; the interpreter would)
+    score takes two comparisons; 3: as 2, and a row past the last real key (right padding's
+    padded rows, which would see every real key) sees none."""
+    if HAS_MASK >= 2:  # (Triton compiles no return inside a branch; the interpreter would)
         first_key = tl.load(mask_rows)  # shaped as rows, the same number in every row
-        last_key = tl.minimum(rows + offset, tl.load(mask_rows + 1) - 1)
-        last_key = tl.where(rows < n_q, last_key, -1)
+        end = tl.load(mask_rows + 1)
+        last_key = tl.minimum(rows + offset, end - 1)
+        real_row = rows < n_q
+        if HAS_MASK == 3:
+            real_row = real_row & (rows + offset < end)
+        last_key = tl.where(real_row, last_key, -1)
         allowed = (keys >= first_key) & (keys <= last_key)
     else:
         key_exists = keys < n_k

@@ -81,6 +81,13 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # padding, by the time's ratio to each process's SDPA, 8 % / 22 % faster at 4096 / 8192 tokens
 # right-padded, 8 % / 19 % left-padded.
 PADDING_SPANS = True
+# With PADDING_SPANS, right padding's padded query rows (training's batches) attend to nothing,
+# as left padding's already do: output 0 and no gradient, where they would see every real key.
+# A fine-tune's loss never reads them and real rows never see their keys, so its loss and every
+# gradient are unchanged, while the kernels skip their scores: at 25 % right padding, 40 % of
+# those the mask allows (56 % of causal's left, as under left padding, against 94 %; docs/
+# kernels.md). Off on CUDA until a GPU times it.
+SKIP_PADDED_ROWS = False
 # what the kernels derive from a mask (its key spans, the tile ranges), for every layer of one
 # forward: the model passes each layer the same mask tensor
 _from_mask = SameTensors()
@@ -215,7 +222,7 @@ def _common(q, k, mask, spec: dict) -> tuple[list, list, dict]:
     if mask is None:
         mask_strides, mask_kind = (0, 0), 0
     elif mask.dim() == 2:  # padding_spans: two numbers per batch row
-        mask_strides, mask_kind = (mask.stride(0), 0), 2
+        mask_strides, mask_kind = (mask.stride(0), 0), 3 if spec.get("padded_rows_empty") else 2
     else:
         mask_strides, mask_kind = (mask.stride(0), mask.stride(2)), 1
     args = [*q.stride(), *k.stride(), *mask_strides]
@@ -322,11 +329,28 @@ def fused_rectified_attention(
     checked = check_mask(mask, q.shape[0], n_q, n_k)
     if checked is None:
         return _FusedRectified.apply(q, u, k, v, checked, spec)
-    ranges_of = f"ranges, batch {q.shape[0]}, tiles {sorted(tiles.items())}"
-    spec["ranges"] = _from_mask.get(ranges_of, (mask,), lambda: tile_ranges(checked, tiles))
     spans = None
     if PADDING_SPANS:  # one comparison (a host sync) per mask
         spans = _from_mask.get("spans", (mask,), lambda: padding_spans(mask))
     if spans is not None:  # a mask of one batch row broadcast over the batch
         spec["padding_spans"] = spans.expand(q.shape[0], 2).contiguous()
+        spec["padded_rows_empty"] = SKIP_PADDED_ROWS
+    empty = spec.get("padded_rows_empty", False)
+
+    def ranges():
+        allowed = without_padded_rows(checked, spec["padding_spans"]) if empty else checked
+        return tile_ranges(allowed, tiles)
+
+    ranges_of = f"ranges, batch {q.shape[0]}, tiles {sorted(tiles.items())}, empty rows {empty}"
+    spec["ranges"] = _from_mask.get(ranges_of, (mask,), ranges)
     return _FusedRectified.apply(q, u, k, v, checked, spec)
+
+
+def without_padded_rows(mask: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
+    """``mask`` ``[B, 1, L, S]`` with the query rows past each batch row's last real key (``spans``
+    ``[B, 2]``; queries aligned to the last keys) allowing nothing: what the kernels compute
+    under ``SKIP_PADDED_ROWS``, and the formula they are tested against."""
+    n_q, n_k = mask.shape[2:]
+    position = torch.arange(n_q, device=mask.device) + (n_k - n_q)
+    real_rows = position < spans[:, 1:].to(position.dtype)
+    return mask & real_rows[:, None, :, None]
