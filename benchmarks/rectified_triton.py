@@ -82,11 +82,29 @@ def _steps(q, u, k, v, tiles, mask=None):
     return step, forward
 
 
+def _fused_vs_blockwise(forward: dict, mask) -> float:
+    """The fused output's relative error against the block-wise path's, on the rows the kernel
+    computes: with SKIP_PADDED_ROWS under key spans, right padding's padded rows get no key (0)
+    where the block-wise path gives them every real key, so they are left out."""
+    from zoomattn.attention.tile_ranges import padding_spans
+    from zoomattn.methods.rectify import triton_kernel
+
+    fused, blockwise = forward["fused"](), forward["blockwise"]()
+    spans = None
+    if mask is not None and triton_kernel.PADDING_SPANS and triton_kernel.SKIP_PADDED_ROWS:
+        spans = padding_spans(mask)
+    if spans is not None:
+        rows = triton_kernel.without_padded_rows(mask, spans).any(-1, keepdim=True)
+        fused, blockwise = fused.where(rows, 0.0), blockwise.where(rows, 0.0)
+    return tile_sweep.rel_error(fused, blockwise)
+
+
 def measure(n: int, args) -> dict:
     q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
-    step, forward = _steps(q, u, k, v, args.tiles, padding_mask(n, args))
+    mask = padding_mask(n, args)
+    step, forward = _steps(q, u, k, v, args.tiles, mask)
     with torch.no_grad():
-        error = tile_sweep.rel_error(forward["fused"](), forward["blockwise"]())
+        error = _fused_vs_blockwise(forward, mask)
     row = {"n": n, "fused_vs_blockwise_rel_error": error}
     trace = args.memory_trace and f"{args.memory_trace}/{n}_padded{args.padded}"
     row.update(tile_sweep.timed_variants(step, VARIANTS, args.repeats, DEVICE, trace))
@@ -117,7 +135,7 @@ def decode(n: int, args) -> dict:
         "fused": lambda: fused_rectified_attention(q, u, k, v, g, mask, tiles=args.tiles),
     }
     with torch.no_grad():
-        error = tile_sweep.rel_error(forward["fused"](), forward["blockwise"]())
+        error = _fused_vs_blockwise(forward, mask)
         ms = {name: _median_ms(lambda f=f: [f() for _ in range(20)], args.repeats) / 20
               for name, f in forward.items()}  # fmt: skip
     return {"n": n, "batch": b, "fused_vs_blockwise_rel_error": error,
