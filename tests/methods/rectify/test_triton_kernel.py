@@ -48,6 +48,12 @@ def kv_keys_as_rows(request, monkeypatch):
     return request.param
 
 
+def switches_id(spans: bool, keys: bool) -> str:
+    """A case's name for the two switches, as the fixtures above name them."""
+    rows = "keys" if keys else "queries"
+    return f"{'padding_spans' if spans else 'mask_bytes'}-kv_{rows}_as_rows"
+
+
 def switches_pairwise(name: str, values: tuple) -> pytest.MarkDecorator:
     """A model-scale test's cases over both switches and a two-valued ``name``: four runs in
     which every pair of the three takes each of its four value pairs (the orthogonal array L4)
@@ -56,11 +62,7 @@ def switches_pairwise(name: str, values: tuple) -> pytest.MarkDecorator:
     first, second = values
     cases = [(True, True, first), (True, False, second), (False, True, second),
              (False, False, first)]  # fmt: skip
-    ids = [
-        f"{'padding_spans' if spans else 'mask_bytes'}-"
-        f"{'kv_keys_as_rows' if keys else 'kv_queries_as_rows'}-{value}"
-        for spans, keys, value in cases
-    ]
+    ids = [f"{switches_id(spans, keys)}-{value}" for spans, keys, value in cases]
     return pytest.mark.parametrize(
         ("padding_spans", "kv_keys_as_rows", name),
         cases,

@@ -13,6 +13,7 @@ from tests.methods.rectify.test_triton_kernel import (  # noqa: F401 (autouse fi
     _values_and_grads,
     kv_keys_as_rows,
     padding_spans,
+    switches_id,
 )
 from tests.triton_interpreter import interpreter_or_skip
 from zoomattn.attention.math import sdpa
@@ -30,17 +31,12 @@ SWITCHES = [(True, True), (True, False), (False, True), (False, False)]  # spans
 XI_SPLIT = [(3.0, True), (10.0, False), (10.0, True), (3.0, False)]
 
 
-def _switches_id(spans: bool, keys: bool) -> str:
-    rows = "keys" if keys else "queries"
-    return f"{'padding_spans' if spans else 'mask_bytes'}-kv_{rows}_as_rows"
-
-
 # a Latin square: each g meets each pair of switches once and each (ξ, split) once, and each
 # pair of switches meets each (ξ, split) once: 16 cases where the full product takes 64
 BF16_CASES = [
     pytest.param(
         spans, keys, name, xi, split,
-        id=f"{_switches_id(spans, keys)}-{name}-{xi}-{'split' if split else 'rounded_once'}",
+        id=f"{switches_id(spans, keys)}-{name}-{xi}-{'split' if split else 'rounded_once'}",
     )
     for i, name in enumerate(G_VARIANTS)
     for j, (spans, keys) in enumerate(SWITCHES)
@@ -68,7 +64,7 @@ def test_fused_bf16_is_as_accurate_as_bf16_sdpa_in_values_and_gradients(
 @pytest.mark.parametrize(
     ("padding_spans", "kv_keys_as_rows", "name"),
     [
-        pytest.param(*switches, name, id=f"{_switches_id(*switches)}-{name}")
+        pytest.param(*switches, name, id=f"{switches_id(*switches)}-{name}")
         for switches, name in zip(SWITCHES, G_VARIANTS, strict=True)
     ],  # fmt: skip
     indirect=["padding_spans", "kv_keys_as_rows"],
