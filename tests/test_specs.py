@@ -224,3 +224,12 @@ def test_attention_kernels_outside_reference_and_fused_fail_validation():
     raw["presets"]["smoke"]["attention_kernels"] = {"mudaf": "fused"}  # no fused path
     with pytest.raises(ConfigError, match="attention_kernels"):
         validate_schema(raw)
+
+
+def test_a_preset_may_run_plain_sdpa_fused_by_naming_it_in_a_mapping():
+    raw = copy.deepcopy(RAW)
+    raw["presets"]["smoke"]["attention_kernels"] = {"plain": "fused", "lkg": "fused"}
+    validate_schema(raw)
+    raw["presets"]["smoke"]["attention_kernels"] = {"plain": "causal"}
+    with pytest.raises(ConfigError, match="attention_kernels"):
+        validate_schema(raw)

@@ -3,6 +3,8 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+from tests.attention.test_math import plain_fused_as_on_cuda  # noqa: F401 (fixture)
+from zoomattn.attention import kernels
 from zoomattn.attention.interface import attention_modules, capturing_qk, masking_heads
 
 IDS = torch.tensor([[1, 5, 9, 12, 7, 30, 4, 8, 21, 3]])
@@ -122,3 +124,44 @@ def test_captured_qk_are_released_after_exit(base_dir):
     with torch.no_grad():
         model(input_ids=IDS)  # capturing is off: nothing is stored again
     assert all(not hasattr(m, "captured_qk") for m in attention_modules(model))
+
+
+@pytest.mark.usefixtures("plain_fused_as_on_cuda")
+@pytest.mark.parametrize("method", ["qlora", "opamp"])
+def test_a_right_padded_fine_tune_step_with_plain_sdpa_run_causal_has_the_same_loss_and_gradients(
+    base_dir, world, method
+):
+    """Every plain layer's SDPA, and OpAmp's stacked path (one SDPA call over both branches), on a
+    right-padded training batch under ``plain: fused`` as on CUDA: the mask transformers builds
+    reads as right padding, and neither the loss nor any gradient changes (fp32, CPU kernels)."""
+    from tests.training.test_finetune import _cell
+    from zoomattn.data.tasks import training_mix
+    from zoomattn.methods import METHODS
+    from zoomattn.methods.loading import build_trainable
+    from zoomattn.modeling.loading import load_tokenizer
+    from zoomattn.training.answer_loss import backward_batch
+    from zoomattn.training.batching import encode_example
+
+    tok = load_tokenizer(base_dir)
+    records = training_mix(world, {"single": 1.0, "multihop": 0.5}, 4, 0.9, 4, seed=3)
+    examples = [encode_example(tok, r) for r in records]
+    assert len({len(e["input_ids"]) for e in examples}) > 1  # the batch is padded
+    values = {**_cell()["method_config"], "dropout": 0.0} if method == "opamp" else {}
+    lora = {**_cell()["finetune"]["lora"], "dropout": 0.0}
+    method_path = {"opamp": "fused"} if method == "opamp" else {}
+
+    def loss_and_grads(setting):
+        torch.manual_seed(0)
+        model = build_trainable(base_dir, method, METHODS[method].make_config(values), lora, None)
+        with kernels.using(setting):
+            loss = backward_batch(model, examples, tok.pad_token_id, len(examples))
+            ran = kernels.paths_run()
+        return ran, loss, {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+
+    ran, loss, grads = loss_and_grads({**method_path, "plain": "fused"})
+    masked_ran, want, want_grads = loss_and_grads(method_path or "reference")
+    assert ran == {**method_path, "plain": "fused"} and masked_ran == method_path
+    assert loss == pytest.approx(want, rel=1e-6)
+    assert grads.keys() == want_grads.keys() and grads
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, want_grads[name], atol=1e-6, rtol=1e-4, msg=name)

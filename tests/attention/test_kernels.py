@@ -77,3 +77,13 @@ def test_a_mapping_of_reference_paths_is_the_default():
 def test_a_mapping_with_an_unknown_method_or_path_is_refused_naming_it(setting, key):
     with pytest.raises(ValueError, match=key):
         kernels.configure(setting)
+
+
+def test_plain_sdpa_runs_fused_only_where_a_mapping_names_it_not_under_fused_alone():
+    """``plain`` changes the padded rows' values (math.plain_mask), so ``fused`` alone, every
+    method's fused path, leaves it on its reference."""
+    assert kernels.per_method("fused")["plain"] == kernels.REFERENCE
+    kernels.configure({"plain": "fused"})
+    assert kernels.choose("plain", CUDA) == kernels.FUSED
+    assert kernels.choose("opamp", CUDA) == kernels.REFERENCE
+    assert not kernels.is_reference({"plain": "fused"})

@@ -1,7 +1,17 @@
 import pytest
 import torch
 
-from zoomattn.attention.math import attention_probs, last_row_probs, repeat_kv, row_dot, sdpa
+from tests.methods.rectify.test_kernel import right_padding_mask
+from zoomattn.attention import kernels
+from zoomattn.attention.math import (
+    attention_probs,
+    last_row_probs,
+    plain_mask,
+    repeat_kv,
+    right_padded_causal,
+    row_dot,
+    sdpa,
+)
 
 
 def _qkv(b=2, h=4, hkv=2, n=7, d=8, seed=0):
@@ -93,3 +103,70 @@ def test_row_dot_with_b_lo_takes_b_as_computed_in_fp32_and_leaves_b_as_it_was():
     assert torch.equal(b, kept)
     error, rounded_error = ((x.double() - want).abs().max() for x in (got, rounded))
     assert error < rounded_error / 64  # bf16 keeps 2⁻⁹ of the residual: ~1/256 of b's error
+
+
+# --- plain SDPA under ``attention_kernels: {plain: fused}``: right padding run as causal --------
+
+
+@pytest.fixture
+def plain_fused_as_on_cuda(monkeypatch):
+    """Dispatch as on CUDA (``kernels.choose``'s own rule, the device taken for CUDA) under
+    ``{plain: fused}``; the setting and the record of what ran restored after the test."""
+    choose, cuda = kernels.choose, torch.device("cuda")
+    monkeypatch.setattr(kernels, "choose", lambda m, device, *a: choose(m, cuda, *a))
+    with kernels.using({"plain": "fused"}):
+        yield
+
+
+def test_only_a_causal_mask_with_at_most_right_padding_reads_as_right_padded():
+    assert right_padded_causal(right_padding_mask([7, 4], 7))
+    assert right_padded_causal(right_padding_mask([7, 7], 7))  # no padding: causal itself
+    assert not right_padded_causal(left_padding_mask([7, 4], 7))
+    both = right_padding_mask([7, 5], 7) & left_padding_mask([7, 6], 7)
+    assert not right_padded_causal(both)
+    passages = right_padding_mask([7], 7).clone()
+    passages[..., 4:, 1:3] = False  # a structured mask
+    assert not right_padded_causal(passages)
+    assert not right_padded_causal(right_padding_mask([7, 4], 7)[:, :, -1:])  # a decoding step
+
+
+def test_fused_alone_leaves_plain_sdpa_on_its_mask_and_the_reference_setting_records_nothing():
+    mask = right_padding_mask([7, 4], 7)
+    assert plain_mask(mask, torch.device("cuda")) is mask and kernels.paths_run() == {}
+    with kernels.using(kernels.FUSED):
+        assert plain_mask(mask, torch.device("cuda")) is mask and kernels.paths_run() == {}
+    with kernels.using({"plain": "fused"}):  # on the CPU: the reference, recorded
+        assert plain_mask(mask, torch.device("cpu")) is mask
+        assert kernels.paths_run() == {"plain": "reference"}
+
+
+@pytest.mark.usefixtures("plain_fused_as_on_cuda")
+def test_right_padding_runs_causal_and_any_other_mask_keeps_it_recorded_with_the_reason():
+    right, left = right_padding_mask([7, 4], 7), left_padding_mask([7, 4], 7)
+    assert plain_mask(right, torch.device("cuda")) is None
+    assert plain_mask(left, torch.device("cuda")) is left
+    assert kernels.paths_run() == {"plain": "fused+reference (not right padding)"}
+
+
+@pytest.mark.usefixtures("plain_fused_as_on_cuda")
+def test_right_padded_sdpa_run_causal_gives_every_real_row_its_output_and_gradients():
+    """Real rows: the masked call's values, and q/k/v gradients of a loss on them; the padded rows
+    (which no loss reads) then differ, so the mask was indeed dropped."""
+    mask, real = right_padding_mask([7, 4], 7), torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
+
+    def run(setting):
+        q, k, v = (t.requires_grad_() for t in _qkv())
+        with kernels.using(setting):
+            out = sdpa(q, k, v, mask)
+            ran = kernels.paths_run()
+        (out * real[:, None, :, None]).square().sum().backward()
+        return ran, out.detach(), q.grad, k.grad, v.grad
+
+    causal, masked = run({"plain": "fused"}), run(kernels.REFERENCE)
+    assert (causal[0], masked[0]) == ({"plain": "fused"}, {})
+    causal, masked = causal[1:], masked[1:]
+    for got, want in zip(causal[1:], masked[1:], strict=True):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    real_rows = real[:, None, :, None].expand_as(causal[0])
+    torch.testing.assert_close(causal[0][real_rows], masked[0][real_rows], atol=1e-6, rtol=1e-5)
+    assert not torch.allclose(causal[0][~real_rows], masked[0][~real_rows])

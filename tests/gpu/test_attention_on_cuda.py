@@ -6,7 +6,8 @@ import torch
 
 from tests.gpu.lane import DEVICE
 from tests.methods.lkg.test_kernel import SCALE, SEGMENTS, _materialised, _qkv
-from zoomattn.attention.math import sdpa
+from zoomattn.attention import kernels
+from zoomattn.attention.math import attention_probs, repeat_kv, sdpa
 from zoomattn.methods.lkg.kernel import call_mask, fusion_bias, relevance_attention
 from zoomattn.methods.opamp.config import OpAmpConfig
 from zoomattn.methods.opamp.kernel import PATHS
@@ -140,3 +141,27 @@ def test_a_left_padded_row_gives_zero_and_no_nan_gradient_in_bf16():
     grads = torch.autograd.grad(out, (q, k, v), up)
     assert not out[1, :, : n // 2].any()
     assert all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_plain_sdpa_run_causal_on_right_padding_matches_the_formula_on_its_real_rows(dtype):
+    """``attention_kernels: {plain: fused}``: a right-padded batch (transformers' mask, padded
+    rows seeing every real key) runs causal on CUDA's flash kernel with GQA, recorded as fused;
+    its real rows' values and gradients are the fp64 masked formula's within the dtype's bound,
+    and every gradient is finite."""
+    q, k, v = _inputs(dtype)
+    n = q.shape[2]
+    keys = torch.arange(n, device=DEVICE)
+    lengths = torch.tensor([n, n * 3 // 4], device=DEVICE)[:, None, None]
+    mask = (torch.ones(n, n, dtype=torch.bool, device=DEVICE).tril() & (keys < lengths))[:, None]
+    real = (keys < lengths)[:, :, :, None]  # [B, 1, L, 1]: the rows a loss reads
+
+    def formula(q, k, v):
+        return attention_probs(q, k, mask) @ repeat_kv(v, q.shape[1])
+
+    with kernels.using({"plain": "fused"}):
+        fused = _values_and_grads(lambda *t: sdpa(*t, mask) * real, [q, k, v])
+        assert kernels.paths_run() == {"plain": "fused" if DEVICE == "cuda" else "reference"}
+    reference = _values_and_grads(lambda *t: formula(*t) * real, _exact([q, k, v]))
+    _assert_matches(fused, reference, dtype)
+    assert all(torch.isfinite(g).all() for g in fused[1])

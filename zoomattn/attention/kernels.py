@@ -8,6 +8,14 @@ method, or a mapping of methods to either (``{rectify: fused, lkg: fused}``; a m
 out runs its reference). The choice is made here, per call, from that setting and the tensors'
 device, so each method's kernel file asks ``choose`` at its one dispatch point and nowhere else.
 
+``plain`` names the SDPA every call without a method of its own runs (a layer without a zoom
+module, a method's plain heads, OpAmp's reference branches: ``math.sdpa``). Its fused path runs a
+batch that is only right-padded (training's and scoring's) as causal SDPA without the mask: on
+CUDA a boolean mask takes SDPA off its flash kernel, and under right padding a real row's causal
+keys are all real, so every real row's output is the same; only the padded rows, which no loss
+reads, then see the padded keys before them. Since it changes those rows, only a mapping turns
+it on (``{plain: fused}``), not ``fused`` alone; off by default until a GPU times it.
+
 ``fused`` takes effect on CUDA only: on any other device the reference path runs (the fused
 kernels run on the CPU only through Triton's interpreter, for the tests, which call them
 directly). A method may also decline its fused path for a call it does not suit, naming why
@@ -27,27 +35,30 @@ if TYPE_CHECKING:  # torch-free at import: the workflow's specs read the setting
 SETTINGS = ("reference", "fused")
 REFERENCE, FUSED = SETTINGS
 METHODS = ("opamp", "rectify", "lkg")  # the methods with a fused path
+PLAIN = "plain"  # every SDPA call outside a method's own attention (module docstring)
+NAMED = (*METHODS, PLAIN)  # what a mapping may name
 
 _setting: str | dict = REFERENCE
-_per_method: dict[str, str] = dict.fromkeys(METHODS, REFERENCE)
+_per_method: dict[str, str] = dict.fromkeys(NAMED, REFERENCE)
 _ran: dict[str, set[str]] = {}
 
 
 def per_method(setting: str | dict) -> dict[str, str]:
-    """``attention_kernels`` as one path per method (every method in ``METHODS``); an unknown
-    method or path is refused naming the key."""
+    """``attention_kernels`` as one path per method (every name in ``NAMED``; a single path is
+    every method's, ``plain`` left reference); an unknown method or path is refused naming the
+    key."""
     if isinstance(setting, str):
         setting = dict.fromkeys(METHODS, setting)
     elif not isinstance(setting, dict):
         raise ValueError(f"attention_kernels: reference, fused or a mapping, got {setting!r}")
     for method, path in setting.items():
-        if method not in METHODS:
-            raise ValueError(f"attention_kernels.{method}: no fused path (known: {METHODS})")
+        if method not in NAMED:
+            raise ValueError(f"attention_kernels.{method}: no fused path (known: {NAMED})")
         if path not in SETTINGS:
             raise ValueError(
                 f"attention_kernels.{method}: one of {', '.join(SETTINGS)}, got {path!r}"
             )
-    return {m: setting.get(m, REFERENCE) for m in METHODS}
+    return {m: setting.get(m, REFERENCE) for m in NAMED}
 
 
 def is_reference(setting: str | dict) -> bool:
@@ -79,11 +90,16 @@ def using(setting: str | dict) -> Iterator[None]:
         _ran.update(ran)
 
 
+def requested(method: str) -> bool:
+    """Whether the setting asks for ``method``'s fused path (on any device)."""
+    return _per_method.get(method, REFERENCE) == FUSED
+
+
 def choose(method: str, device: torch.device, declined: str | None = None) -> str:
     """The path ``method``'s attention takes for tensors on ``device``: fused only on CUDA, and
     not where the method declines it for this call (``declined``, the reason: rectification's
     decoding steps), which is recorded as ``reference (<reason>)``."""
-    fused = _per_method.get(method, REFERENCE) == FUSED and device.type == "cuda"
+    fused = requested(method) and device.type == "cuda"
     path = FUSED if fused and declined is None else REFERENCE
     _ran.setdefault(method, set()).add(f"{REFERENCE} ({declined})" if fused and declined else path)
     return path

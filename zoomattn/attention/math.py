@@ -16,6 +16,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from zoomattn.attention import kernels
+from zoomattn.attention.reuse import SameTensors
+from zoomattn.attention.tile_ranges import padding_spans
+
+_from_mask = SameTensors()
+
 
 def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """Expand KV heads to the query heads of their group (GQA)."""
@@ -42,9 +48,33 @@ def gqa_for_kernel(q, k, v, mask) -> tuple[torch.Tensor, torch.Tensor, bool]:
     return k, v, grouped
 
 
+def right_padded_causal(mask: torch.Tensor) -> bool:
+    """Whether ``mask`` ``[B, 1, L, L]`` is causal with at most right padding (transformers' mask
+    of a right-padded batch, whose padded rows see every real key): then each real row's allowed
+    keys are exactly its causal ones. One comparison over the mask (a host sync)."""
+    if mask.shape[-2] != mask.shape[-1]:
+        return False
+    spans = padding_spans(mask)
+    return spans is not None and not bool(spans[:, 0].any())
+
+
+def plain_mask(mask: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    """The mask plain SDPA runs under: None (causal) where ``attention_kernels`` runs ``plain``
+    fused on this device and ``mask`` is only right padding (``kernels`` docstring), else
+    ``mask``. Decided once per mask tensor (a forward's layers share it)."""
+    if mask is None or not kernels.requested(kernels.PLAIN):
+        return mask
+    right = _from_mask.get("right padded", (mask,), lambda: right_padded_causal(mask))
+    declined = None if right else "not right padding"
+    return None if kernels.choose(kernels.PLAIN, device, declined) == kernels.FUSED else mask
+
+
 def sdpa(q, k, v, mask=None, scaling=None) -> torch.Tensor:
     """Fused attention (no N×N matrix is kept): softmax(q kᵀ·scale + mask) v, GQA-aware. A row
-    the mask leaves no key (a left-padded query) gives 0 on every device."""
+    the mask leaves no key (a left-padded query) gives 0 on every device. Under
+    ``attention_kernels: {plain: fused}`` on CUDA a right-padded batch runs causal without its
+    mask (``plain_mask``)."""
+    mask = plain_mask(mask, q.device)
     k, v, grouped = gqa_for_kernel(q, k, v, mask)
     empty = None
     if mask is not None and q.device.type == "cuda":
