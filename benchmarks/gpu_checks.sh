@@ -187,6 +187,10 @@ step lkg_spans 240 $py benchmarks/relevance_fusion.py --cuda --padded 0.25 --pad
 # spans
 sk="--repeats 3 --padding-spans --lengths 4096 8192 --padded 0.25 --padding-side right"
 step rectify_skip_ab 80 bash -c "$ab $sk --no-skip-padded-rows && $ab $sk --skip-padded-rows"
+# a right-padded batch's plain SDPA with its mask and run causal (attention_kernels {plain: fused},
+# off until timed), alone, in OpAmp's stacked path and in LKG-RALM's 2-of-32 fusion, one process;
+# its lane test is in lane_attention
+step plain_ab 150 $py benchmarks/plain_padding.py --lengths 4096 8192 --repeats 3
 # the rectification kernel's tiles: a sweep per kernel at 4096 tokens under that mask, where the
 # kernels hold more registers (benchmarks/rectified_triton.py --sweep; docs/kernels.md); each
 # candidate's line reaches the log as it is timed, so a sweep cut short still tells

@@ -80,12 +80,8 @@ def measure(n: int, args) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--lengths", type=int, nargs="+", default=[4096, 8192])
-    p.add_argument("--heads", type=int, default=32)
-    p.add_argument("--kv-heads", type=int, default=8)
-    p.add_argument("--head-dim", type=int, default=128)
+    tile_sweep.add_shape_arguments(p, [4096, 8192])
     p.add_argument("--adapter-dim", type=int, default=512)
-    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--padded", type=float, default=0.0, help="fraction of left padding")
     p.add_argument("--smoke", action="store_true", help="the mechanics on the CPU, tiny shape")
     args = p.parse_args()

@@ -216,13 +216,18 @@ def padding_mask(n: int, padded: float, device: str, side: str = "left") -> torc
     return (causal & real[None, :])[None, None]
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The arguments both benchmarks take."""
-    p.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
+def add_shape_arguments(p: argparse.ArgumentParser, lengths: list[int]) -> None:
+    """One layer's shape and the repeats, as every attention micro-benchmark takes them."""
+    p.add_argument("--lengths", type=int, nargs="+", default=lengths)
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--kv-heads", type=int, default=8)
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--repeats", type=int, default=5)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments both Triton kernels' benchmarks take."""
+    add_shape_arguments(p, [2048, 8192])
     p.add_argument("--tiles", type=json.loads, default=None,
                    help='JSON {"forward"|"kv"|"q": [BLOCK_M, BLOCK_N, warps, stages]}, '
                         "merged over the default table")  # fmt: skip

@@ -1,7 +1,7 @@
 """The fused kernels' GPU benchmarks (benchmarks/rectified_triton.py, opamp_triton.py,
-opamp_stacked.py and the tile_sweep.py they share) run end to end in their ``--smoke`` mode: on a
-tiny shape on the CPU (the Triton kernels in Triton's interpreter), a check of the scripts a GPU
-session runs, not a measurement."""
+opamp_stacked.py, plain_padding.py and the tile_sweep.py they share) run end to end in their
+``--smoke`` mode: on a tiny shape on the CPU (the Triton kernels in Triton's interpreter), a check
+of the scripts a GPU session runs, not a measurement."""
 
 import importlib
 import json
@@ -40,6 +40,15 @@ def test_opamp_stacked_benchmark_times_both_ways_and_counts_less_kept_with_adapt
     assert {"sdpa_ms", "stacked_ms", "stacked_replayed_ms", "stacked_time_vs_sdpa"} <= set(row)
     assert row["stacked_replayed_kept_mib"] < 0.6 * row["stacked_kept_mib"]
     assert summary["40"]["stacked_replayed_kept_vs_sdpa"] > 1
+
+
+def test_plain_padding_benchmark_times_each_variant_and_records_the_paths_that_ran():
+    row, summary = _smoke("plain_padding.py")
+    assert row["n"] == 48 and "right padding 0.25" in summary["shape"]
+    variants = ("masked", "as_causal", "opamp_masked", "opamp_as_causal", "lkg_as_causal")
+    assert all(row[f"{v}_time_vs_causal"] > 0 for v in variants) and row["detect_ms"] > 0
+    # the CPU takes no fused path: plain SDPA's choice is recorded as the reference
+    assert row["paths"]["as_causal"] == {"plain": "reference"} and row["paths"]["masked"] == {}
 
 
 def test_a_sweep_out_of_time_keeps_the_table_and_records_every_candidate_untried(tmp_path):
