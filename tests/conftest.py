@@ -66,3 +66,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def plain_fused_as_on_cuda(monkeypatch):
+    """Dispatch as on CUDA (``kernels.choose``'s own rule, the device taken for CUDA, whose flash
+    kernel is taken to run fp32 too, as the CPU's does) under ``attention_kernels: {plain:
+    fused}``; the setting and the record of what ran restored after the test."""
+    from zoomattn.attention import kernels
+    from zoomattn.attention import math as attention_math
+
+    choose, cuda = kernels.choose, torch.device("cuda")
+    monkeypatch.setattr(kernels, "choose", lambda m, device, *a: choose(m, cuda, *a))
+    monkeypatch.setattr(
+        attention_math, "FLASH_DTYPES", (*attention_math.FLASH_DTYPES, torch.float32)
+    )
+    with kernels.using({"plain": "fused"}):
+        yield

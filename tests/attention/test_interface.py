@@ -3,7 +3,6 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from tests.attention.test_math import plain_fused_as_on_cuda  # noqa: F401 (fixture)
 from zoomattn.attention import kernels
 from zoomattn.attention.interface import attention_modules, capturing_qk, masking_heads
 

@@ -106,45 +106,59 @@ def test_row_dot_with_b_lo_takes_b_as_computed_in_fp32_and_leaves_b_as_it_was():
 
 
 # --- plain SDPA under ``attention_kernels: {plain: fused}``: right padding run as causal --------
+# (fixture ``plain_fused_as_on_cuda``: tests/attention/conftest.py)
 
 
-@pytest.fixture
-def plain_fused_as_on_cuda(monkeypatch):
-    """Dispatch as on CUDA (``kernels.choose``'s own rule, the device taken for CUDA) under
-    ``{plain: fused}``; the setting and the record of what ran restored after the test."""
-    choose, cuda = kernels.choose, torch.device("cuda")
-    monkeypatch.setattr(kernels, "choose", lambda m, device, *a: choose(m, cuda, *a))
-    with kernels.using({"plain": "fused"}):
-        yield
+def _q(dtype=torch.float32, d=8):
+    return torch.zeros(2, 4, 7, d, dtype=dtype)
 
 
-def test_only_a_causal_mask_with_at_most_right_padding_reads_as_right_padded():
+def test_only_a_causal_boolean_mask_with_at_most_right_padding_reads_as_right_padded():
     assert right_padded_causal(right_padding_mask([7, 4], 7))
     assert right_padded_causal(right_padding_mask([7, 7], 7))  # no padding: causal itself
+    assert right_padded_causal(right_padding_mask([4], 7))  # one row, broadcast over a batch
     assert not right_padded_causal(left_padding_mask([7, 4], 7))
     both = right_padding_mask([7, 5], 7) & left_padding_mask([7, 6], 7)
     assert not right_padded_causal(both)
     passages = right_padding_mask([7], 7).clone()
     passages[..., 4:, 1:3] = False  # a structured mask
     assert not right_padded_causal(passages)
+    assert not right_padded_causal(right_padding_mask([7, 0], 7))  # a row of padding alone
     assert not right_padded_causal(right_padding_mask([7, 4], 7)[:, :, -1:])  # a decoding step
+    assert not right_padded_causal(right_padding_mask([7, 4], 7).float())  # not boolean
+    assert not right_padded_causal(right_padding_mask([7, 4], 7).expand(2, 3, 7, 7))  # per head
 
 
 def test_fused_alone_leaves_plain_sdpa_on_its_mask_and_the_reference_setting_records_nothing():
-    mask = right_padding_mask([7, 4], 7)
-    assert plain_mask(mask, torch.device("cuda")) is mask and kernels.paths_run() == {}
+    mask, q = right_padding_mask([7, 4], 7), _q(torch.bfloat16)
+    with kernels.using(kernels.REFERENCE):
+        assert plain_mask(mask, q) is mask and kernels.paths_run() == {}
     with kernels.using(kernels.FUSED):
-        assert plain_mask(mask, torch.device("cuda")) is mask and kernels.paths_run() == {}
+        assert plain_mask(mask, q) is mask and kernels.paths_run() == {}
     with kernels.using({"plain": "fused"}):  # on the CPU: the reference, recorded
-        assert plain_mask(mask, torch.device("cpu")) is mask
+        assert plain_mask(mask, q) is mask
         assert kernels.paths_run() == {"plain": "reference"}
+
+
+def test_on_cuda_only_what_its_flash_kernel_takes_runs_causal(monkeypatch):
+    """Without a mask a GQA call needs flash (fp16/bf16, head dim ≤ 256): elsewhere CUDA would
+    fall to the math kernel's N×N scores, so the mask stays (the real rule, not the fixture's)."""
+    choose, cuda = kernels.choose, torch.device("cuda")
+    monkeypatch.setattr(kernels, "choose", lambda m, device, *a: choose(m, cuda, *a))
+    mask = right_padding_mask([7, 4], 7)
+    with kernels.using({"plain": "fused"}):
+        assert plain_mask(mask, _q(torch.bfloat16)) is None
+        assert plain_mask(mask, _q(torch.float16, d=256)) is None
+        assert plain_mask(mask, _q(torch.float32)) is mask
+        assert plain_mask(mask, _q(torch.bfloat16, d=512)) is mask
+        assert kernels.paths_run() == {"plain": "fused+reference (no flash kernel)"}
 
 
 @pytest.mark.usefixtures("plain_fused_as_on_cuda")
 def test_right_padding_runs_causal_and_any_other_mask_keeps_it_recorded_with_the_reason():
     right, left = right_padding_mask([7, 4], 7), left_padding_mask([7, 4], 7)
-    assert plain_mask(right, torch.device("cuda")) is None
-    assert plain_mask(left, torch.device("cuda")) is left
+    assert plain_mask(right, _q()) is None
+    assert plain_mask(left, _q()) is left
     assert kernels.paths_run() == {"plain": "fused+reference (not right padding)"}
 
 
@@ -158,8 +172,8 @@ def test_right_padded_sdpa_run_causal_gives_every_real_row_its_output_and_gradie
         q, k, v = (t.requires_grad_() for t in _qkv())
         with kernels.using(setting):
             out = sdpa(q, k, v, mask)
+            (out * real[:, None, :, None]).square().sum().backward()
             ran = kernels.paths_run()
-        (out * real[:, None, :, None]).square().sum().backward()
         return ran, out.detach(), q.grad, k.grad, v.grad
 
     causal, masked = run({"plain": "fused"}), run(kernels.REFERENCE)

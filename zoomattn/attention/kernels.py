@@ -8,13 +8,15 @@ method, or a mapping of methods to either (``{rectify: fused, lkg: fused}``; a m
 out runs its reference). The choice is made here, per call, from that setting and the tensors'
 device, so each method's kernel file asks ``choose`` at its one dispatch point and nowhere else.
 
-``plain`` names the SDPA every call without a method of its own runs (a layer without a zoom
-module, a method's plain heads, OpAmp's reference branches: ``math.sdpa``). Its fused path runs a
-batch that is only right-padded (training's and scoring's) as causal SDPA without the mask: on
-CUDA a boolean mask takes SDPA off its flash kernel, and under right padding a real row's causal
-keys are all real, so every real row's output is the same; only the padded rows, which no loss
-reads, then see the padded keys before them. Since it changes those rows, only a mapping turns
-it on (``{plain: fused}``), not ``fused`` alone; off by default until a GPU times it.
+``plain`` names every call of ``math.sdpa``: a layer without a zoom module, LKG-RALM's plain
+heads, rectification at ξ = 0, OpAmp's stacked call and its ``recompute``/``plain`` branches.
+Its fused path runs a batch that is only right-padded (training's, scoring's, MuDAF's
+contrastive passes) as causal SDPA without the mask, where CUDA's flash kernel takes the call
+(fp16/bf16, head dim ≤ 256): on CUDA a boolean mask takes SDPA off flash, and under right
+padding a real row's causal keys are all real, so every real row's output is the same; only the
+padded rows, which nothing reads, then see the padded keys before them. Since it changes those
+rows, only a mapping turns it on (``{plain: fused}``), not ``fused`` alone; off by default until
+a GPU times it.
 
 ``fused`` takes effect on CUDA only: on any other device the reference path runs (the fused
 kernels run on the CPU only through Triton's interpreter, for the tests, which call them

@@ -48,25 +48,36 @@ def gqa_for_kernel(q, k, v, mask) -> tuple[torch.Tensor, torch.Tensor, bool]:
     return k, v, grouped
 
 
+FLASH_DTYPES = (torch.float16, torch.bfloat16)  # CUDA's flash kernel: these, head dim ≤ 256
+FLASH_HEAD_DIM = 256
+
+
 def right_padded_causal(mask: torch.Tensor) -> bool:
-    """Whether ``mask`` ``[B, 1, L, L]`` is causal with at most right padding (transformers' mask
-    of a right-padded batch, whose padded rows see every real key): then each real row's allowed
-    keys are exactly its causal ones. One comparison over the mask (a host sync)."""
+    """Whether ``mask`` (boolean ``[B, 1, L, L]``) is causal with at most right padding
+    (transformers' mask of a right-padded batch, whose padded rows see every real key): then each
+    real row's allowed keys are exactly its causal ones. A comparison over the mask (host syncs);
+    any other dtype or shape is not."""
+    if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1:
+        return False
     if mask.shape[-2] != mask.shape[-1]:
         return False
     spans = padding_spans(mask)
     return spans is not None and not bool(spans[:, 0].any())
 
 
-def plain_mask(mask: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+def plain_mask(mask: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor | None:
     """The mask plain SDPA runs under: None (causal) where ``attention_kernels`` runs ``plain``
-    fused on this device and ``mask`` is only right padding (``kernels`` docstring), else
+    fused on q's device, CUDA's flash kernel takes q (without it, GQA without a mask would fall to
+    the math kernel's N×N scores) and ``mask`` is only right padding (``kernels`` docstring), else
     ``mask``. Decided once per mask tensor (a forward's layers share it)."""
     if mask is None or not kernels.requested(kernels.PLAIN):
         return mask
-    right = _from_mask.get("right padded", (mask,), lambda: right_padded_causal(mask))
-    declined = None if right else "not right padding"
-    return None if kernels.choose(kernels.PLAIN, device, declined) == kernels.FUSED else mask
+    if q.dtype not in FLASH_DTYPES or q.shape[-1] > FLASH_HEAD_DIM:
+        declined = "no flash kernel"
+    else:
+        right = _from_mask.get("right padded", (mask,), lambda: right_padded_causal(mask))
+        declined = None if right else "not right padding"
+    return None if kernels.choose(kernels.PLAIN, q.device, declined) == kernels.FUSED else mask
 
 
 def sdpa(q, k, v, mask=None, scaling=None) -> torch.Tensor:
@@ -74,7 +85,7 @@ def sdpa(q, k, v, mask=None, scaling=None) -> torch.Tensor:
     the mask leaves no key (a left-padded query) gives 0 on every device. Under
     ``attention_kernels: {plain: fused}`` on CUDA a right-padded batch runs causal without its
     mask (``plain_mask``)."""
-    mask = plain_mask(mask, q.device)
+    mask = plain_mask(mask, q)
     k, v, grouped = gqa_for_kernel(q, k, v, mask)
     empty = None
     if mask is not None and q.device.type == "cuda":

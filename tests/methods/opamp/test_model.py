@@ -5,6 +5,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from tests.attention.test_math import _qkv, left_padding_mask
+from tests.methods.rectify.test_kernel import right_padding_mask
+from zoomattn.attention import kernels
 from zoomattn.attention.interface import attention_modules, recording_last_row
 from zoomattn.attention.math import attention_probs
 from zoomattn.methods import METHODS, cells
@@ -151,3 +153,28 @@ def test_cells_expand_the_k_sweep_with_infinity():
     grid = cells({"qlora": {}, "opamp": {"K": [1, 10, "inf"], "every": 2}})
     assert list(grid) == ["qlora", "opamp-K1", "opamp-K10", "opamp-Kinf"]
     assert METHODS["opamp"].make_config(grid["opamp-Kinf"][1]).K == math.inf
+
+
+@pytest.mark.usefixtures("plain_fused_as_on_cuda")
+@pytest.mark.parametrize("path", ["recompute", "plain"])
+def test_branches_through_sdpa_run_a_right_padded_batch_causal_to_the_same_real_rows(path):
+    """OpAmp's branches on CUDA's reference paths are SDPA calls, the recompute path's again in
+    backward: under ``{plain: fused}`` a right-padded batch runs them causal, and the real rows'
+    values and every gradient (q, k, v, adapters) are the masked run's."""
+    torch.manual_seed(0)
+    layer = OpAmpAttention(n_heads=4, n_kv_heads=2, head_dim=8, cfg=OpAmpConfig(5.0, 6, dropout=0))
+    _randomise_adapters(layer)
+    mask, real = right_padding_mask([7, 4], 7), torch.tensor([[1.0] * 7, [1.0] * 4 + [0.0] * 3])
+
+    def run(setting):
+        q, k, v = (t.requires_grad_(True) for t in _qkv())
+        with kernels.using(setting):
+            out = layer(q, k, v, mask, path=path) * real[:, None, :, None]
+            grads = torch.autograd.grad(out.pow(2).sum(), [q, k, v, *layer.parameters()])
+            return kernels.paths_run(), out, grads
+
+    (ran, out, grads), (_, want, want_grads) = run({"plain": "fused"}), run("reference")
+    assert ran == {"plain": "fused"}
+    torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-5)
+    for got, expected in zip(grads, want_grads, strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
