@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # torch-free at import: the workflow's specs read the setting
 SETTINGS = ("reference", "fused")
 REFERENCE, FUSED = SETTINGS
 METHODS = ("opamp", "rectify", "lkg")  # the methods with a fused path
-PLAIN = "plain"  # every SDPA call outside a method's own attention (module docstring)
+PLAIN = "plain"  # every call of math.sdpa (module docstring)
 NAMED = (*METHODS, PLAIN)  # what a mapping may name
 
 _setting: str | dict = REFERENCE
