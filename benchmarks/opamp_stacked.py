@@ -85,16 +85,10 @@ def main() -> None:
     p.add_argument("--padded", type=float, default=0.0, help="fraction of left padding")
     p.add_argument("--smoke", action="store_true", help="the mechanics on the CPU, tiny shape")
     args = p.parse_args()
-    args.tiles = "none: no Triton kernel"  # what tile_sweep.report_lengths reads
     global DEVICE
+    DEVICE = tile_sweep.torch_device_for(args, "opamp_stacked.py", smoke_length=40)
     if args.smoke:
-        DEVICE = "cpu"
-        args.lengths, args.heads, args.kv_heads, args.head_dim = [40], 2, 1, 16
-        args.adapter_dim, args.repeats = 8, 1
-    elif not torch.cuda.is_available():
-        raise SystemExit(
-            "opamp_stacked.py: needs a CUDA device (--smoke: the mechanics on the CPU)"
-        )
+        args.adapter_dim = 8
     what = f"adapter dim {args.adapter_dim}, K = 10, dropout 0.1, fwd+bwd, padded={args.padded}"
     tile_sweep.report_lengths(args, measure, what, DEVICE)
 

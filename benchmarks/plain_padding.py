@@ -123,16 +123,10 @@ def main() -> None:
                    help="LKG-RALM's variants (compiled FlexAttention on CUDA)")  # fmt: skip
     p.add_argument("--smoke", action="store_true", help="the mechanics on the CPU, tiny shape")
     args = p.parse_args()
-    args.tiles = "none: no Triton kernel"  # what tile_sweep.report_lengths reads
     global DEVICE
+    DEVICE = tile_sweep.torch_device_for(args, "plain_padding.py", smoke_length=48)
     if args.smoke:
-        DEVICE = "cpu"
-        args.lengths, args.heads, args.kv_heads, args.head_dim = [48], 2, 1, 16
-        args.adapter_dim, args.passage, args.repeats = 8, 10, 1
-    elif not torch.cuda.is_available():
-        raise SystemExit(
-            "plain_padding.py: needs a CUDA device (--smoke: the mechanics on the CPU)"
-        )
+        args.adapter_dim, args.passage = 8, 10
     if not 0 < args.padded < 1:
         raise SystemExit(f"--padded: a fraction in (0, 1), got {args.padded}")
     what = (

@@ -269,6 +269,20 @@ def device_for(args, script: str) -> str:
     return "cpu"
 
 
+def torch_device_for(args, script: str, smoke_length: int) -> str:
+    """For a benchmark without a Triton kernel: "cuda", or with ``--smoke`` "cpu" at a tiny shape
+    (set on args, ``smoke_length`` tokens); ``args.tiles`` says there is none
+    (``report_lengths`` reads it)."""
+    args.tiles = "none: no Triton kernel"
+    if args.smoke:
+        args.lengths, args.heads, args.kv_heads, args.head_dim = [smoke_length], 2, 1, 16
+        args.repeats = 1
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{script}: needs a CUDA device (--smoke: the mechanics on the CPU)")
+    return "cuda"
+
+
 def device_name(device: str) -> str:
     if device == "cuda":
         return torch.cuda.get_device_name()
