@@ -17,7 +17,6 @@ from tests.methods.rectify.test_triton_kernel import (  # noqa: F401 (fixtures)
     _assert_fused_is_materialised,
     _scenario,
     kv_keys_as_rows,
-    on_cuda_under_fused,
     padding_spans,
 )
 from tests.spies import record_returns
