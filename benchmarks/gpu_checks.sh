@@ -205,6 +205,10 @@ step opamp_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/opamp_triton.py --swee
 # until this shows its time and memory) against the adapters kept, one layer with the paper's
 # adapters (dim 512), beside SDPA, in one process
 step opamp_stacked_ab 90 $py benchmarks/opamp_stacked.py --lengths 4096 8192 --repeats 3
+# where the stacked path's time goes beyond its two branches' attention (2.0× SDPA's work; the
+# H200 timed the step at 4.00× SDPA's time at 8192): one causal step of it and of SDPA taken
+# apart by kernel, summed by kind (attention, matrix products, the rest)
+step opamp_profile 60 $py benchmarks/opamp_stacked.py --profile --lengths 8192
 step overhead 80 $py benchmarks/distributed_overhead.py --layers 2 --steps 6 --out "$out"
 step lane_distributed 120 "${lane[@]}" -s tests/gpu/test_distributed_on_cuda.py
 step lane_methods 120 "${lane[@]}" tests/gpu/test_methods_on_cuda.py tests/gpu/test_probes_on_cuda.py

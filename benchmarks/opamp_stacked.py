@@ -14,7 +14,10 @@ keeps them shows it only in the next figure). Each row also has all that autogra
 forward to backward, q, k and v included where kept, the layer's weights left out
 (``tile_sweep.kept_bytes``), in MiB: the part of the memory a model holds per layer until its
 backward. ``--smoke`` runs the mechanics on the CPU at a tiny
-shape (times mean nothing; the kept bytes are the CPU's count).
+shape (times mean nothing; the kept bytes are the CPU's count). ``--profile`` instead takes one
+step of ``sdpa`` and ``stacked`` apart under torch's profiler: each kernel's own time, and their
+sum by kind (attention, matrix products, the rest: copies and element-wise), read from the kernels'
+names: where the stacked path's time beyond its two branches' attention goes.
 
     PYTHONPATH=$PWD python benchmarks/opamp_stacked.py --lengths 4096 8192
 """
@@ -78,11 +81,46 @@ def measure(n: int, args) -> dict:
     return row
 
 
+# a kernel's kind by its name: CUDA's (cuDNN's SDPA and its helper kernels, FlashAttention's,
+# cuBLAS's gemm and Hopper nvjet kernels, CUTLASS's) and the CPU's ops
+KINDS = {
+    "attention": ("sdpa", "flash", "fmha", "attention", "attn", "cudnn"),
+    "matmul": ("gemm", "nvjet", "xmma", "cutlass", "matmul", "aten::mm", "aten::bmm", "addmm"),
+}
+
+
+def kind(name: str) -> str:
+    """``name``'s kind: the first of ``KINDS`` whose words it holds, else ``other``."""
+    lowered = name.lower()
+    return next((k for k, words in KINDS.items() if any(w in lowered for w in words)), "other")
+
+
+def profile(n: int, args) -> dict:
+    """One forward + backward of ``sdpa`` and of ``stacked`` (adapters kept) taken apart by
+    kernel: the 15 longest, each its own time, and the sums by kind."""
+    step, _, _ = _step(n, args)
+    row = {"n": n, "padded": args.padded}
+    for variant in ("sdpa", "stacked"):
+        step(variant)  # warm-up
+        times = tile_sweep.kernel_times(lambda v=variant: step(v), DEVICE)
+        by_kind = dict.fromkeys((*KINDS, "other"), 0.0)
+        for name, ms in times:
+            by_kind[kind(name)] += ms
+        row[f"{variant}_kernels_total_ms"] = round(sum(ms for _, ms in times), 3)
+        row[f"{variant}_by_kind_ms"] = {k: round(ms, 3) for k, ms in by_kind.items()}
+        row[f"{variant}_kernels_ms"] = tile_sweep.longest(times, top=15)
+    sdpa_attention = row["sdpa_by_kind_ms"]["attention"]
+    row["stacked_attention_vs_sdpa"] = row["stacked_by_kind_ms"]["attention"] / sdpa_attention
+    row["stacked_total_vs_sdpa"] = row["stacked_kernels_total_ms"] / row["sdpa_kernels_total_ms"]
+    return row
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     tile_sweep.add_shape_arguments(p, [4096, 8192])
     p.add_argument("--adapter-dim", type=int, default=512)
     p.add_argument("--padded", type=float, default=0.0, help="fraction of left padding")
+    p.add_argument("--profile", action="store_true", help="time per kernel and kind (see profile)")
     p.add_argument("--smoke", action="store_true", help="the mechanics on the CPU, tiny shape")
     args = p.parse_args()
     global DEVICE
@@ -90,7 +128,7 @@ def main() -> None:
     if args.smoke:
         args.adapter_dim = 8
     what = f"adapter dim {args.adapter_dim}, K = 10, dropout 0.1, fwd+bwd, padded={args.padded}"
-    tile_sweep.report_lengths(args, measure, what, DEVICE)
+    tile_sweep.report_lengths(args, profile if args.profile else measure, what, DEVICE)
 
 
 if __name__ == "__main__":

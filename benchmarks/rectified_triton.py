@@ -146,13 +146,10 @@ def decode(n: int, args) -> dict:
 
 
 def profile(n: int, args) -> dict:
-    """Where the fused step's time goes: each CUDA kernel's total over one forward + backward
+    """Where the fused step's time goes: each CUDA kernel's own time over one forward + backward
     (torch.profiler), beside SDPA's; and forward alone against SDPA's forward alone (without
     autograd, as evaluation runs it: the training forward also stores the output's rounding
     error)."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
-
     q, u, k, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
     step, forward = _steps(q, u, k, v, args.tiles, padding_mask(n, args))
     row = {"n": n, "padded": args.padded}
@@ -160,16 +157,8 @@ def profile(n: int, args) -> dict:
         step(variant)  # warm-up
         with torch.no_grad():
             row[f"{variant}_forward_ms"] = _median_ms(forward[variant], args.repeats)
-        activity = ProfilerActivity.CUDA if DEVICE == "cuda" else ProfilerActivity.CPU
-        with torch_profile(activities=[activity]) as prof:
-            step(variant)
-            if DEVICE == "cuda":
-                torch.cuda.synchronize()
-        total = (
-            (lambda e: e.device_time_total) if DEVICE == "cuda" else (lambda e: e.cpu_time_total)
-        )
-        kernels = sorted((e for e in prof.key_averages() if total(e) > 0), key=lambda e: -total(e))
-        row[f"{variant}_kernels_ms"] = {e.key[:90]: round(total(e) / 1e3, 3) for e in kernels[:12]}
+        times = tile_sweep.kernel_times(lambda v=variant: step(v), DEVICE)
+        row[f"{variant}_kernels_ms"] = tile_sweep.longest(times)
     row["forward_fused_vs_sdpa"] = row["fused_forward_ms"] / row["sdpa_forward_ms"]
     return row
 

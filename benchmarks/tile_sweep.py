@@ -61,6 +61,30 @@ def median_ms(fn, repeats: int, device: str) -> float:
     return statistics.median(once_ms(fn, device) for _ in range(repeats))
 
 
+def kernel_times(fn, device: str) -> list[tuple[str, float]]:
+    """One call of ``fn`` under torch's profiler: every kernel (CUDA's; on the CPU, ops:
+    ``--smoke``) with its own time in ms summed over its launches, longest first (no parent op
+    counts its children again)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activity = ProfilerActivity.CUDA if device == "cuda" else ProfilerActivity.CPU
+    with profile(activities=[activity]) as prof:
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    def own(e):
+        return e.self_device_time_total if device == "cuda" else e.self_cpu_time_total
+
+    times = [(e.key, own(e) / 1e3) for e in prof.key_averages() if own(e) > 0]
+    return sorted(times, key=lambda t: -t[1])
+
+
+def longest(times: list[tuple[str, float]], top: int = 12) -> dict[str, float]:
+    """The first ``top`` of ``kernel_times``, by name cut to 90 characters."""
+    return {name[:90]: round(ms, 3) for name, ms in times[:top]}
+
+
 def peak_mib(fn) -> float:
     """Peak CUDA memory allocated while ``fn`` runs, above what was allocated before it."""
     torch.cuda.synchronize()

@@ -42,6 +42,36 @@ def test_opamp_stacked_benchmark_times_both_ways_and_counts_less_kept_with_adapt
     assert summary["40"]["stacked_replayed_kept_vs_sdpa"] > 1
 
 
+def test_opamp_stacked_profile_splits_each_steps_kernel_time_by_kind():
+    """Each step's kernel time is the sum of its kinds; plain SDPA runs no matrix product, the
+    stacked path its adapters' (the CPU's ops: the mechanics, not a measurement)."""
+    row, summary = _smoke("opamp_stacked.py", "--profile", "--padded", "0.25")
+    for variant in ("sdpa", "stacked"):
+        kinds = row[f"{variant}_by_kind_ms"]
+        assert set(kinds) == {"attention", "matmul", "other"} and kinds["attention"] > 0
+        assert sum(kinds.values()) == pytest.approx(row[f"{variant}_kernels_total_ms"], abs=5e-3)
+        assert 0 < len(row[f"{variant}_kernels_ms"]) <= 15
+    assert row["sdpa_by_kind_ms"]["matmul"] == 0 < row["stacked_by_kind_ms"]["matmul"]
+    assert summary["40"]["stacked_total_vs_sdpa"] > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128", "attention"),
+     ("void cudnn::fusion::compute_dot_do_o_specialized<true, 128>(void const*", "attention"),
+     ("void pytorch_flash::flash_bwd_dot_do_o_kernel<true, Flash_bwd_kernel_traits", "attention"),
+     ("fmha_cutlassB_bf16_aligned_64x64_k128_sm80(PyTorchMemEffAttention::AttentionBackwardKernel",
+      "attention"),
+     ("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", "matmul"),
+     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "matmul"),
+     ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl", "other"),
+     ("aten::bmm", "matmul"), ("aten::copy_", "other")],
+)  # fmt: skip
+def test_a_kernel_is_of_the_kind_its_name_says(name, kind, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    assert importlib.import_module("opamp_stacked").kind(name) == kind
+
+
 def test_plain_padding_benchmark_times_each_variant_and_records_the_paths_that_ran():
     row, summary = _smoke("plain_padding.py")
     assert row["n"] == 48 and "right padding 0.25" in summary["shape"]
