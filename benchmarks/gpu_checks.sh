@@ -90,6 +90,11 @@ step lane_rectify_triton 130 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.
 step lane_lkg_flex 150 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py -k "score_mod and not padding_spans"
 step lane_lkg_rows_apart 150 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py \
   -k "rows_apart and not padding_spans"
+# log α detached in the score_mod, its gradient from the guided rows apart
+# (LOG_ALPHA_GRADIENT_APART, off until timed: no atomic adds in flex's backward), every test of
+# the file, spans and checkpointing included
+step lane_lkg_alpha_apart 200 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py \
+  -k log_alpha_gradient_apart
 step attention 170 $py benchmarks/gpu_paper.py --attention-only --repeats 3 \
   --lengths 2048 4096 8192 32768 --out "$out"
 # the rectification kernel under a left-padding mask at 8192 against causal SDPA (generation's
@@ -161,7 +166,8 @@ step lkg_heads 150 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192
 # first against the formula in the gpu lane, then timed beside flex autotuned by inductor
 # (flex.AUTOTUNE; its compiles take a minute or more, and it prints every candidate's time and
 # the one it keeps to the log), the path and the two heads alone
-step lane_lkg_tiles 200 "${lane[@]}" tests/gpu/test_lkg_flex_tiles_on_cuda.py
+step lane_lkg_tiles 200 "${lane[@]}" tests/gpu/test_lkg_flex_tiles_on_cuda.py \
+  -k "few_heads and not log_alpha"
 step lkg_tiles 240 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192 --repeats 5 \
   --variants sdpa flex_2of32 flex_2of32_alone flex_2of32_small_tiles flex_2of32_alone_small_tiles \
   flex_2of32_autotuned flex_2of32_alone_autotuned
@@ -175,11 +181,19 @@ step lkg_tiles 240 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192
 # the guided rows apart there (the padding is OTHER, as the model's segments make it, so the rows
 # apart are the question and answer rows alone, as without the mask)
 step lane_lkg_spans 150 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py \
-  -k "padding_spans or checkpointing"
+  -k "padding_spans and not log_alpha or checkpointing and not log_alpha"
 step lkg_spans 240 $py benchmarks/relevance_fusion.py --cuda --padded 0.25 --padding-side right \
   --lengths 4096 8192 --repeats 5 --variants sdpa flex_2of32 flex_2of32_mask_bytes \
   flex_2of32_alone flex_2of32_alone_mask_bytes flex_all flex_all_mask_bytes \
   flex_2of32_rows_apart flex_all_rows_apart
+# log α's gradient from the guided rows apart (LOG_ALPHA_GRADIENT_APART, off until this times it:
+# log α detached in flex's score_mod, so flex's backward makes no atomic adds) against the score_mod
+# and the rows apart, under training's 25 % right padding, SDPA under the same mask first; the two
+# fused heads alone with log α fixed (no gradient at all) show what the atomics cost
+step lkg_alpha_ab 240 $py benchmarks/relevance_fusion.py --cuda --padded 0.25 --padding-side right \
+  --lengths 4096 8192 --repeats 5 --variants sdpa flex_2of32 flex_2of32_log_alpha_apart \
+  flex_2of32_rows_apart flex_2of32_alone flex_2of32_alone_fixed_alpha \
+  flex_2of32_alone_log_alpha_apart flex_all flex_all_log_alpha_apart flex_all_rows_apart
 # (after the first call's lane steps, which a session short of time keeps) training's right-
 # padded rows skipped (SKIP_PADDED_ROWS, off until timed: the padded rows attend
 # to nothing, a fine-tune's loss and gradients unchanged; at 25 % right padding 40 % of the

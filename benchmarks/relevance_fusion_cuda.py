@@ -12,7 +12,9 @@ forward would pay). ``flex_all_rows_apart`` and ``flex_2of32_rows_apart`` are th
 ``flex.ROWS_APART`` (the guided rows computed apart, flex without score_mod). Three more take
 ``flex_2of32`` apart: ``flex_2of32_alone`` is the two fused heads' FlexAttention on its own (their
 q, K, V selected outside the step; ``_fixed_alpha``: log α without a gradient, the score_mod's
-captured-tensor gradient left out; ``_rows_apart``: with ``flex.ROWS_APART``),
+captured-tensor gradient left out; ``_rows_apart``: with ``flex.ROWS_APART``; ``_log_alpha_apart``:
+with ``flex.LOG_ALPHA_GRADIENT_APART``, log α detached in the score_mod and its gradient from the
+guided rows apart, as for the path and every head),
 ``flex_2of32_copied`` the split of the heads as ``kernel.by_heads`` does it (the plain heads' q
 copied, K and V expanded to them, the outputs concatenated and reordered), which the flex path used
 before ``kernel.spliced_by_heads`` (SDPA on every head, the fused heads' outputs put in place).
@@ -50,6 +52,9 @@ VARIANTS = (
     "flex_all_rows_apart",
     "flex_2of32_rows_apart",
     "flex_2of32_alone_rows_apart",
+    "flex_all_log_alpha_apart",
+    "flex_2of32_log_alpha_apart",
+    "flex_2of32_alone_log_alpha_apart",
     "flex_2of32_small_tiles",
     "flex_2of32_alone_small_tiles",
     "flex_2of32_autotuned",
@@ -116,6 +121,9 @@ def steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device
     def apart(on, fn):  # flex.ROWS_APART pinned for the forward (backward reads it not)
         return lambda: tile_sweep.with_switch(flex, "ROWS_APART", on, fn)
 
+    def alpha_apart(fn):  # log α's gradient from the guided rows apart (no score_mod gradient)
+        return lambda: tile_sweep.with_switch(flex, "LOG_ALPHA_GRADIENT_APART", True, fn)
+
     def small_tiles(fn):  # the options reach the compiled graph, forward and backward, in forward
         return lambda: tile_sweep.with_switch(flex, "KERNEL_OPTIONS", flex.FEW_HEADS_TILES, fn)
 
@@ -147,6 +155,9 @@ def steps(n: int, heads: int, kv_heads: int, head_dim: int, passage: int, device
         "flex_all_rows_apart": apart(True, lambda: flex_path(everything)),
         "flex_2of32_rows_apart": apart(True, lambda: flex_path(TWO_OF_32)),
         "flex_2of32_alone_rows_apart": apart(True, lambda: flex_heads(*two)),
+        "flex_all_log_alpha_apart": apart(False, alpha_apart(lambda: flex_path(everything))),
+        "flex_2of32_log_alpha_apart": apart(False, alpha_apart(lambda: flex_path(TWO_OF_32))),
+        "flex_2of32_alone_log_alpha_apart": apart(False, alpha_apart(lambda: flex_heads(*two))),
         "flex_2of32_small_tiles": apart(False, small_tiles(lambda: flex_path(TWO_OF_32))),
         "flex_2of32_alone_small_tiles": apart(False, small_tiles(lambda: flex_heads(*two))),
         "flex_2of32_autotuned": apart(False, autotuned(lambda: flex_path(TWO_OF_32))),

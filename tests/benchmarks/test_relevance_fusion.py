@@ -23,6 +23,8 @@ SAME_AS = {  # variant: the variant it must equal
     "flex_2of32": "bias_2of32",
     "flex_2of32_copied": "bias_2of32",
     "flex_2of32_rows_apart": "bias_2of32",
+    "flex_all_log_alpha_apart": "bias_all",
+    "flex_2of32_log_alpha_apart": "bias_2of32",
     "flex_2of32_small_tiles": "bias_2of32",
     "flex_2of32_autotuned": "bias_2of32",
     "flex_all_mask_bytes": "bias_all",
@@ -32,6 +34,7 @@ ALONE = (
     "flex_2of32_alone",
     "flex_2of32_alone_fixed_alpha",
     "flex_2of32_alone_rows_apart",
+    "flex_2of32_alone_log_alpha_apart",
     "flex_2of32_alone_small_tiles",
     "flex_2of32_alone_autotuned",
     "flex_2of32_alone_mask_bytes",
@@ -43,6 +46,10 @@ def test_every_cuda_variant_steps_and_the_fused_ones_equal_the_bias_path(monkeyp
     monkeypatch.setattr(flex_api, "_validate_device", lambda *tensors: None)
     apart, real = [], flex.guided_rows_attention
     monkeypatch.setattr(flex, "guided_rows_attention", lambda *a: apart.append(1) or real(*a))
+    gradient_apart, real_gradient = [], flex.with_log_alpha_gradient
+    monkeypatch.setattr(
+        flex, "with_log_alpha_gradient", lambda *a: gradient_apart.append(1) or real_gradient(*a)
+    )
     spans, real_spans = [], flex._spans  # (switch, key spans) of every block mask built
 
     def recorded_spans(*args):
@@ -56,9 +63,10 @@ def test_every_cuda_variant_steps_and_the_fused_ones_equal_the_bias_path(monkeyp
     assert n_passages >= 3
     assert set(forward) == set(relevance_fusion_cuda.VARIANTS)
     for variant in relevance_fusion_cuda.VARIANTS:
-        apart.clear()
+        apart.clear(), gradient_apart.clear()
         step(variant)
         assert bool(apart) == variant.endswith("rows_apart"), variant
+        assert bool(gradient_apart) == variant.endswith("log_alpha_apart"), variant
     # the padding read as its key span where the switch is on and there is a mask to read
     pads = int(padded * 300)
     want = None if not padded else [[pads, 300]] if side == "left" else [[0, 300 - pads]]

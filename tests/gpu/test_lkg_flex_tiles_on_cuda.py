@@ -1,7 +1,8 @@
 """The gpu lane: LKG-RALM's fusion through compiled FlexAttention at the tiles for few fused heads
 (``flex.FEW_HEADS_TILES`` as ``flex.KERNEL_OPTIONS``, off until step ``lkg_tiles`` of
-benchmarks/gpu_checks.sh times them) against the materialised formula, values and gradients, both
-ways of the path (``flex.ROWS_APART``), at head dim 128, whose default tiles differ from these; on
+benchmarks/gpu_checks.sh times them) against the materialised formula, values and gradients, each
+way of the path (its step runs two: log α in the score_mod, ``flex.ROWS_APART``), at head dim 128,
+whose default tiles differ from these; on
 CUDA the generated kernels must hold those tiles. Apart from test_lkg_flex_on_cuda.py so that its
 compiles stay out of that file's steps."""
 
@@ -10,7 +11,7 @@ import torch
 from torch._inductor.utils import run_and_get_code
 
 from tests.gpu.lane import DEVICE
-from tests.gpu.test_lkg_flex_on_cuda import _check, cpu_backward, rows_apart  # noqa: F401
+from tests.gpu.test_lkg_flex_on_cuda import _check, cpu_backward, way  # noqa: F401
 from zoomattn.methods.lkg import flex
 
 pytestmark = [

@@ -45,11 +45,14 @@ def cpu_backward(monkeypatch):
     monkeypatch.setattr(flex_api, "_validate_device", lambda *tensors: None)
 
 
-@pytest.fixture(params=[False, True], ids=["score_mod", "rows_apart"])
+@pytest.fixture(params=["score_mod", "rows_apart", "log_alpha_gradient_apart"])
 def rows_apart(request, monkeypatch):
-    """Both ways of the fused path: log α in flex's score_mod, or the guided rows apart."""
-    monkeypatch.setattr(flex, "ROWS_APART", request.param)
-    return request.param
+    """Each way of the fused path: log α in flex's score_mod, the guided rows apart, or log α
+    detached in the score_mod and its gradient from the guided rows apart; True for the rows
+    apart."""
+    monkeypatch.setattr(flex, "ROWS_APART", request.param == "rows_apart")
+    monkeypatch.setattr(flex, "LOG_ALPHA_GRADIENT_APART", request.param.startswith("log_alpha"))
+    return request.param == "rows_apart"
 
 
 def _inputs(dtype=torch.float32, d=8):

@@ -48,7 +48,7 @@ def test_chunked_rows_equal_the_materialised_formula_in_values_and_gradients(
     1e-5, bf16 inputs computed in fp32 to that output's rounding."""
     if chunk_bytes is not None:
         monkeypatch.setattr(rows_apart, "CHUNK_BYTES", chunk_bytes)
-        assert len(rows_apart._chunks(B, H, 10, L)) == 4
+        assert len(rows_apart.row_chunks(B, H, 10, L)) == 4
     q, k, v, mask, rows, segments, log_alpha = inputs(dtype, padded)
     out = rows_apart.guided_rows_attention(q, k, v, mask, None, rows, segments, log_alpha)
     expected = formula(q, k, v, mask, rows, segments, log_alpha)

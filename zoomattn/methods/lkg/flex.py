@@ -41,16 +41,23 @@ H200 under 25 % right padding (step lkg_spans, 2026-11-27) it was slower than th
 4096 tokens (1.3× its time with 2 of 32 heads fused, 1.7× with every head) and faster at 8192
 (0.87×, 0.36×).
 
+log α's gradient apart (``LOG_ALPHA_GRADIENT_APART``, off until a GPU times it). Only log α's
+gradient needs the atomics, not its values: with the switch the score_mod reads log α detached,
+flex computes every row as with it, its backward gives q, k and v their whole gradients, and log
+α's is computed from the guided rows and flex's log-sum-exps (``log_alpha_gradient.py``): per
+fused head two products of the guided rows with the keys in backward, nothing again in forward.
+No captured tensor then requires grad, so checkpointed calls need no rows apart either.
+
 Under activation checkpointing the guided rows always go apart where log α trains
-(``APART_UNDER_CHECKPOINTING``; the model says when: ``LkgState.checkpointed``). A checkpointed
-layer's call runs again in backward, and PyTorch 2.13's eager flex then gives a captured tensor
-that requires grad a wrong gradient, read from uninitialised memory (from 9e-43 to 7e29 where 0.77
-was due, in runs of a minimal case): through log α the estimator's gradient vanishes or explodes,
-and exploding, shrinks every other gradient under clipping. The rows-apart path has no captured
-tensor that requires grad, and gives the gradients of the run without checkpointing
-(tests/methods/lkg/test_flex_checkpointing.py). The compiled kernel, CUDA's, passed the gpu
-lane's ``test_compiled_flex_fusion_under_activation_checkpointing_gives_every_gradient`` on an
-H200, but under the device image's PyTorch 2.11 (2026-11-27), not the 2.13 the project pins and
+(``APART_UNDER_CHECKPOINTING``; the model says when: ``LkgState.checkpointed``), unless its gradient
+goes apart. A checkpointed layer's call runs again in backward, and PyTorch 2.13's eager flex then
+gives a captured tensor that requires grad a wrong gradient, read from uninitialised memory (from
+9e-43 to 7e29 where 0.77 was due, in runs of a minimal case): through log α the estimator's gradient
+vanishes or explodes, and exploding, shrinks every other gradient under clipping. The rows-apart
+path has no captured tensor that requires grad, and gives the gradients of the run without
+checkpointing (tests/methods/lkg/test_flex_checkpointing.py). The compiled kernel, CUDA's, passed
+the gpu lane's ``test_compiled_flex_fusion_under_activation_checkpointing_gives_every_gradient`` on
+an H200, but under the device image's PyTorch 2.11 (2026-11-27), not the 2.13 the project pins and
 whose eager flex has the fault; so compiled calls go apart too until a card runs it under 2.13.
 """
 
@@ -62,11 +69,12 @@ import os
 from collections.abc import Sequence
 
 import torch
-from torch.nn.attention.flex_attention import BlockMask, flex_attention
+from torch.nn.attention.flex_attention import AuxRequest, BlockMask, flex_attention
 
 from zoomattn.attention.reuse import SameTensors
 from zoomattn.attention.tile_ranges import padding_spans
 from zoomattn.methods.lkg.kernel import QUESTION, column_log_alpha, spliced_by_heads
+from zoomattn.methods.lkg.log_alpha_gradient import with_log_alpha_gradient
 from zoomattn.methods.lkg.rows_apart import guided_rows, guided_rows_attention, put_rows
 
 BLOCK = 128  # FlexAttention's default tile
@@ -77,6 +85,12 @@ DYNAMO_SWITCH = "TORCHDYNAMO_DISABLE"
 # back to the eager flex_attention, which materialises the scores.
 GRAPHS = 64
 ROWS_APART = False  # the guided rows computed apart (module docstring): on an H200 slower at 4096
+# log α detached in the score_mod, its gradient computed from the guided rows outside flex
+# (log_alpha_gradient.py): flex's outputs and its gradients of q, k and v as with the score_mod, no
+# atomic adds, nothing computed again in forward. Off until a GPU times it (benchmarks/
+# relevance_fusion_cuda.py, variants *_log_alpha_apart). It makes the rows apart unneeded under
+# checkpointing, where no captured tensor then requires grad.
+LOG_ALPHA_GRADIENT_APART = False
 # Under activation checkpointing (a fine-tune's ``gradient_checkpointing``) the guided rows go apart
 # whatever ROWS_APART says, where log α trains: PyTorch 2.13's eager flex gives a captured tensor a
 # garbage gradient when the call is recomputed in backward (the module docstring). Apart, no
@@ -255,12 +269,15 @@ def flex_fused_heads(
     attend = compiled_flex_attention(AUTOTUNE) if compiled else flex_attention
     segments = (query_segments, key_segments, mask)
     _check_slots(*segments, log_alpha.shape[-1])
-    # apart only where log α trains: without its gradient flex's score_mod costs no atomics
-    apart = ROWS_APART or (checkpointed and APART_UNDER_CHECKPOINTING)
-    apart = apart and torch.is_grad_enabled() and log_alpha.requires_grad
-    if apart:
+    # log α's gradient apart from flex only where it trains: without it the score_mod costs no
+    # atomics; its gradient apart (LOG_ALPHA_GRADIENT_APART) needs no rows apart under checkpointing
+    trains = torch.is_grad_enabled() and log_alpha.requires_grad
+    gradient_apart = trains and LOG_ALPHA_GRADIENT_APART and not ROWS_APART
+    under_checkpointing = checkpointed and APART_UNDER_CHECKPOINTING and not gradient_apart
+    apart = trains and (ROWS_APART or under_checkpointing)
+    if apart or gradient_apart:
         rows, valid, every_row = _layouts.get("rows", segments, lambda: guided_rows(query_segments))
-        if rows.shape[1]:
+        if apart and rows.shape[1]:
             rows_out = guided_rows_attention(q, k, v, mask, scaling, rows, key_segments, log_alpha)
             if every_row:  # nothing left for flex
                 return rows_out
@@ -269,14 +286,22 @@ def flex_fused_heads(
         segments,
         lambda: fusion_block_mask(*segments, _spans(*segments)),
     )
-    score_mod = None if apart else fusion_score_mod(query_segments, key_segments, log_alpha)
+    alpha = log_alpha.detach() if gradient_apart else log_alpha
+    score_mod = None if apart else fusion_score_mod(query_segments, key_segments, alpha)
+    request = AuxRequest(lse=True) if gradient_apart else None  # for the guided rows' gradient
     with dynamo_enabled(), torch._dynamo.config.patch(recompile_limit=GRAPHS):
         out = attend(
             q, k, v, score_mod, block_mask, scale=scaling, enable_gqa=k.shape[1] != q.shape[1],
-            kernel_options=KERNEL_OPTIONS,
+            kernel_options=KERNEL_OPTIONS, return_aux=request,
         )  # fmt: skip
     if apart and rows.shape[1]:
         out = put_rows(out, rows_out, rows, valid)
+    if gradient_apart:
+        out, aux = out
+        if rows.shape[1]:
+            out = with_log_alpha_gradient(
+                out, aux.lse, q, k, v, mask, scaling, rows, valid, key_segments, log_alpha
+            )
     return out
 
 

@@ -65,14 +65,14 @@ def guided_rows_attention(q, k, v, mask, scaling, rows, key_segments, log_alpha)
     return _GuidedRows.apply(q_rows, k, v, bias, mask, rows, n_q, scale).to(q.dtype)
 
 
-def _chunks(b: int, h: int, r: int, s: int, itemsize: int = 4):
+def row_chunks(b: int, h: int, r: int, s: int, itemsize: int = 4):
     """Slices of the R rows whose scores ``[B, H, rows, S]`` take ``CHUNK_BYTES`` at most (one
     row at least)."""
     step = max(1, CHUNK_BYTES // (itemsize * b * h * s))
     return [slice(start, start + step) for start in range(0, r, step)]
 
 
-def _probabilities(q_rows, k, bias, allowed, scale, lse=None):
+def row_probabilities(q_rows, k, bias, allowed, scale, lse=None):
     """One chunk's probabilities ``[B, H, rows, S]`` in k's dtype, and the rows' log-sum-exps
     (those given, else computed). A row with no allowed key has every probability 0."""
     (b, h, rc, d), n_kv = q_rows.shape, k.shape[1]
@@ -96,9 +96,9 @@ class _GuidedRows(torch.autograd.Function):
         k_f, v_f = k.to(bias.dtype), v.to(bias.dtype)
         out = torch.empty(b, h, r, d, dtype=bias.dtype, device=q_rows.device)
         lse = torch.empty(b, h, r, dtype=bias.dtype, device=q_rows.device)
-        for part in _chunks(b, h, r, s, bias.element_size()):
+        for part in row_chunks(b, h, r, s, bias.element_size()):
             allowed = allowed_rows(mask, rows[:, part], n_q, s)
-            probs, lse_part = _probabilities(q_rows[:, :, part], k_f, bias, allowed, scale)
+            probs, lse_part = row_probabilities(q_rows[:, :, part], k_f, bias, allowed, scale)
             out[:, :, part] = (probs.view(b, n_kv, -1, s) @ v_f).view(b, h, -1, d)
             lse[:, :, part] = lse_part
             del probs  # before the next chunk's scores
@@ -116,11 +116,11 @@ class _GuidedRows(torch.autograd.Function):
         d_q = torch.empty(b, h, r, d, dtype=bias.dtype, device=q_rows.device)
         d_k, d_v, d_bias = torch.zeros_like(k_f), torch.zeros_like(v_f), torch.zeros_like(bias)
         bias_needs_grad = ctx.needs_input_grad[3]  # log α: the estimator's, when it trains
-        for part in _chunks(b, h, r, s, bias.element_size()):
+        for part in row_chunks(b, h, r, s, bias.element_size()):
             allowed = allowed_rows(mask, rows[:, part], ctx.n_q, s)
             q_part = q_rows[:, :, part].to(bias.dtype)  # once: scores and dK both read it
             g_part, lse_part = d_out[:, :, part], lse[:, :, part]
-            probs, _ = _probabilities(q_part, k_f, bias, allowed, scale, lse_part)
+            probs, _ = row_probabilities(q_part, k_f, bias, allowed, scale, lse_part)
             probs, g_part = probs.view(b, n_kv, -1, s), g_part.reshape(b, n_kv, -1, d)
             q_part = q_part.reshape(b, n_kv, -1, d)
             d_v += probs.transpose(-1, -2) @ g_part
