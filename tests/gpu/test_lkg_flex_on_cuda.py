@@ -6,6 +6,8 @@ padding, GQA, passages spanning several 128-token tiles, and a decoding step; an
 ZOOMATTN_GPU_LANE_DEVICE=cpu the same code runs eager flex on the CPU (PyTorch's CPU backward
 guard lifted, as in tests/methods/lkg/test_flex.py)."""
 
+from unittest.mock import patch
+
 import pytest
 import torch
 import torch.nn.attention.flex_attention as flex_api
@@ -124,7 +126,9 @@ def _sdpa_bf16_error(qkv, log_alpha):
 def _check(dtype, heads, padded, d=64, side="left"):
     qkv, log_alpha, segments, mask = _case(dtype, padded=padded, d=d, side=side)
     padded = padded and side == "left"  # right padding leaves every row some key
-    got = _values_and_grads(_flex(heads, segments, mask), qkv, log_alpha, padded)
+    with patch.object(flex, "with_log_alpha_gradient", wraps=flex.with_log_alpha_gradient) as spy:
+        got = _values_and_grads(_flex(heads, segments, mask), qkv, log_alpha, padded)
+    assert spy.called == (flex.LOG_ALPHA_GRADIENT_APART and not flex.ROWS_APART)  # the way taken
     want = _values_and_grads(_formula(heads, segments, mask), qkv, log_alpha, padded)
     errors = [_rel(got[0], want[0], padded)]  # the gradients: every row (padded rows weigh 0)
     errors += [_rel(g, w, False) for g, w in zip(got[1], want[1], strict=True)]

@@ -82,6 +82,7 @@ def test_the_rows_apart_of_a_right_padded_batch_are_its_question_and_answer_rows
     answer row: checkpointed, each layer takes apart the rows that carry log α and no padding
     (``[B, R]``, R the most question and answer tokens of a batch row), where it took the padding
     too, each row materialised over every key."""
+    monkeypatch.setattr(flex, "LOG_ALPHA_GRADIENT_APART", False)  # which would go apart instead
     batch = batch_of(tok, [single_doc(sampler, 0.75), multihop(sampler, 0.6)])
     real = batch["attention_mask"].bool()
     guided = segment_ids(batch["input_ids"], Boundary(*add_boundary_tokens(tok))) <= QUESTION
@@ -104,6 +105,7 @@ def test_a_checkpointed_call_takes_the_guided_rows_apart_eager_or_compiled(compi
     CPU's) and compiled (CUDA's kernel, checked on a card only under PyTorch 2.11, not the pinned
     2.13) alike. On the CPU the eager kernel stands in for the compiled one."""
     monkeypatch.setattr(flex, "ROWS_APART", False)
+    monkeypatch.setattr(flex, "LOG_ALPHA_GRADIENT_APART", False)
     monkeypatch.setattr(flex, "compiled_flex_attention", lambda autotune: flex_api.flex_attention)
     calls = record_returns(monkeypatch, flex, "guided_rows_attention")
     (q, k, v), log_alpha = _inputs()

@@ -67,6 +67,40 @@ def test_the_bias_gradient_of_the_guided_rows_is_autograds_through_the_formula(
     torch.testing.assert_close(got, expected, atol=1e-12, rtol=1e-10)
 
 
+def test_the_rows_filled_in_give_nothing_whatever_their_log_sum_exp_and_gradient():
+    """A shorter batch row's filled-in rows are passage rows to flex, whose log-sum-exp (no bias,
+    no other passage's keys) need not bound their scores as recomputed here: with an lse far below
+    them (exp would overflow to inf) and a NaN output gradient, the result is as with theirs."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, n, L, D, dtype=torch.float32) for n in (H, KV, KV))
+    bias = torch.randn(B, L, dtype=torch.float32)
+    out, lse = materialised(q, k, v, bias, None)
+    weight = torch.randn(out.shape)
+    rows, valid, _ = rows_apart.guided_rows(LAYOUT)
+    args = (bias, q, k, v)
+    want = log_alpha_gradient.bias_gradient(weight, out, *args, lse, None, rows, valid, D**-0.5)
+    filled = torch.zeros(B, L, dtype=torch.bool)
+    filled[1, rows[1][~valid[1]]] = True  # batch row 1's rows filled in (passage rows)
+    lse, weight = lse.masked_fill(filled[:, None], -200.0), weight.clone()
+    weight[filled[:, None, :, None].expand_as(weight)] = float("nan")
+    got = log_alpha_gradient.bias_gradient(weight, out, *args, lse, None, rows, valid, D**-0.5)
+    assert filled.sum() == 6 and got.isfinite().all()
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+def test_with_no_guided_row_log_alpha_gets_a_zero_gradient(monkeypatch):
+    """A call with no question or answer row (a chunk of passages) gives log α a gradient of 0,
+    as the score_mod does, not none."""
+    monkeypatch.setattr(flex, "LOG_ALPHA_GRADIENT_APART", True)
+    (q, k, v), log_alpha = _inputs()
+    passages = SEGMENTS[:, :4]  # bos and passage 0 in both batch rows
+    out = flex.flex_relevance_attention(
+        q[:, :, :4], k[:, :, :4], v[:, :, :4], None, SCALE, [1, 2], passages, passages, log_alpha
+    )
+    (grad,) = torch.autograd.grad(out.square().sum(), log_alpha)
+    assert torch.equal(grad, torch.zeros_like(log_alpha))
+
+
 def test_the_fused_path_takes_log_alphas_gradient_apart_only_where_log_alpha_trains(monkeypatch):
     """With the switch, a call where log α trains gives flex log α detached (no captured tensor
     requires grad, so flex makes no atomic adds) and attaches its gradient from the guided rows;

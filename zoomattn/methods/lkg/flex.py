@@ -45,7 +45,7 @@ log α's gradient apart (``LOG_ALPHA_GRADIENT_APART``, off until a GPU times it)
 gradient needs the atomics, not its values: with the switch the score_mod reads log α detached,
 flex computes every row as with it, its backward gives q, k and v their whole gradients, and log
 α's is computed from the guided rows and flex's log-sum-exps (``log_alpha_gradient.py``): per
-fused head two products of the guided rows with the keys in backward, nothing again in forward.
+fused head two products of the guided rows (with K and V) in backward, nothing again in forward.
 No captured tensor then requires grad, so checkpointed calls need no rows apart either.
 
 Under activation checkpointing the guided rows always go apart where log α trains
@@ -296,12 +296,11 @@ def flex_fused_heads(
         )  # fmt: skip
     if apart and rows.shape[1]:
         out = put_rows(out, rows_out, rows, valid)
-    if gradient_apart:
+    if gradient_apart:  # with no guided row, log α's gradient is 0, as through the score_mod
         out, aux = out
-        if rows.shape[1]:
-            out = with_log_alpha_gradient(
-                out, aux.lse, q, k, v, mask, scaling, rows, valid, key_segments, log_alpha
-            )
+        out = with_log_alpha_gradient(
+            out, aux.lse, q, k, v, mask, scaling, rows, valid, key_segments, log_alpha
+        )
     return out
 
 

@@ -14,7 +14,8 @@ the scores' gradient of FlashAttention's backward, summed over the guided rows. 
 again from q's guided rows, k, the bias and flex's log-sum-exps, in fp32 a chunk of rows at a
 time (``rows_apart.row_probabilities``); O is flex's output. Unlike the rows apart
 (``ROWS_APART``), nothing runs again in forward and every output is flex's; the backward adds,
-per fused head, two products of the guided rows with the keys (the scores and dO·Vᵀ). No
+per fused head, two products of the guided rows, with the keys (the scores) and the values
+(dO·Vᵀ). No
 captured tensor requires grad, so a recomputation under activation checkpointing, where eager
 flex's captured gradient goes wrong, has none to get wrong.
 """
@@ -49,16 +50,19 @@ def _guided(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
 
 def bias_gradient(d_out, out, bias, q, k, v, lse, mask, rows, valid, scale) -> torch.Tensor:
     """∂L/∂b ``[B, S]`` over the guided rows (module docstring), in the bias's dtype (fp32 at
-    least); a row of ``rows`` that ``valid`` marks as not guided contributes nothing."""
+    least). A row of ``rows`` that ``valid`` marks as not guided (a shorter batch row's rows
+    filled in) contributes nothing: it sees no key here, since flex's log-sum-exp of such a row
+    (a passage row, without the bias and other passages' keys) would not normalise its scores
+    as recomputed, which could overflow to inf, and its output gradient is not read."""
     (b, h, n_q, d), (n_kv, s) = q.shape, k.shape[1:3]
     wide = bias.dtype
-    g = _guided(d_out, rows).to(wide) * valid[:, None, :, None]
+    g = torch.where(valid[:, None, :, None], _guided(d_out, rows).to(wide), 0.0)
     delta = (g * _guided(out, rows).to(wide)).sum(-1)  # FlashAttention's Δ: rowsum(dO ∘ O)
     q_rows, lse_rows = _guided(q, rows), _guided(lse, rows)
     k_f, v_f = k.to(wide), v.to(wide)
     d_bias = torch.zeros_like(bias)
     for part in row_chunks(b, h, rows.shape[1], s, bias.element_size()):
-        allowed = allowed_rows(mask, rows[:, part], n_q, s)
+        allowed = allowed_rows(mask, rows[:, part], n_q, s) & valid[:, None, part, None]
         q_part = q_rows[:, :, part].to(wide)
         probs, _ = row_probabilities(q_part, k_f, bias, allowed, scale, lse_rows[:, :, part])
         g_part = g[:, :, part].reshape(b, n_kv, -1, d)
