@@ -15,9 +15,8 @@ again from q's guided rows, k, the bias and flex's log-sum-exps, in fp32 a chunk
 time (``rows_apart.row_probabilities``); O is flex's output. Unlike the rows apart
 (``ROWS_APART``), nothing runs again in forward and every output is flex's; the backward adds,
 per fused head, two products of the guided rows, with the keys (the scores) and the values
-(dO·Vᵀ). No
-captured tensor requires grad, so a recomputation under activation checkpointing, where eager
-flex's captured gradient goes wrong, has none to get wrong.
+(dO·Vᵀ). No captured tensor requires grad, so a recomputation under activation checkpointing,
+where eager flex's captured gradient goes wrong, has none to get wrong.
 """
 
 from __future__ import annotations
