@@ -84,7 +84,12 @@ step lane_switches 240 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py \
   tests/gpu/test_opamp_fused_on_cuda.py tests/gpu/test_lkg_flex_on_cuda.py \
   -k "key_span or key_rows or replayed or rows_apart or rounded_once or checkpointing or padded_rows_skipped"
 step lane_attention 60 "${lane[@]}" tests/gpu/test_attention_on_cuda.py
-step lane_opamp_fused 90 "${lane[@]}" tests/gpu/test_opamp_fused_on_cuda.py
+step lane_opamp_fused 90 "${lane[@]}" tests/gpu/test_opamp_fused_on_cuda.py \
+  -k "not key_spans and not key_rows"
+# OpAmp's Triton kernel with the padding as key spans and/or dK/dV as [keys, queries] tiles
+# (triton_kernel.PADDING_SPANS, KV_KEYS_AS_ROWS: off until opamp_switches_ab times them)
+step lane_opamp_switches 120 "${lane[@]}" tests/gpu/test_opamp_fused_on_cuda.py \
+  -k "key_spans or key_rows"
 step lane_rectify_triton 130 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py
 # LKG-RALM's file, each way of the fused path apart (each compiles its own flex graphs)
 step lane_lkg_flex 150 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py -k "score_mod and not padding_spans"
@@ -213,6 +218,14 @@ step rectify_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/rectified_triton.py 
 # OpAmp's Triton kernel alone against the stacked SDPA call at 8192 under that mask, then its
 # tile sweep (benchmarks/opamp_triton.py; its table, chosen from sm_90 compiles, was never swept)
 step opamp_padded 60 $py benchmarks/opamp_triton.py --lengths 8192 --padded 0.25 --repeats 3
+# its two switches (rectification's kernel gained from each on an H200), each in its own process
+# on the same card: under training's 25 % right padding both off, each alone and both on, then
+# under generation's left padding both off and both on
+os="$py benchmarks/opamp_triton.py --lengths 4096 8192 --padded 0.25 --repeats 3"
+step opamp_switches_ab 240 bash -c "$os --padding-side right \
+  && $os --padding-side right --padding-spans && $os --padding-side right --kv-keys-as-rows \
+  && $os --padding-side right --padding-spans --kv-keys-as-rows \
+  && $os && $os --padding-spans --kv-keys-as-rows"
 step opamp_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/opamp_triton.py --sweep --lengths 4096 \
   --padded 0.25 --budget-s "${SWEEP_S:-150}" --out "$out/opamp_tiles.json"
 # OpAmp's stacked path with its adapters recomputed in backward (fused.RECOMPUTE_ADAPTERS, off

@@ -12,7 +12,8 @@ CUDA events, median of ``--repeats`` steps after one warm-up, variants interleav
 (``tile_sweep.timed_variants``); memory: peak allocated during one step above what was allocated
 before it. ``--padded F`` pads F of the tokens through a boolean mask for ``stacked`` and
 ``triton`` (``--padding-side``: left, the default, or right), against causal SDPA without one, as
-``rectified_triton.py`` does.
+``rectified_triton.py`` does. ``--padding-spans`` and ``--kv-keys-as-rows`` (or ``--no-...``) set
+the kernel's two switches, off until a card times them (``triton_kernel``); the summary names them.
 
 ``--sweep``: each kernel's tiles over ``tile_sweep.SWEEP`` with the others at the table's, at
 ``--lengths[0]``, then the best of each together against the table, the stacked call and SDPA in
@@ -88,12 +89,12 @@ def measure(n: int, args) -> dict:
 
 
 def sweep(args) -> dict:
-    from zoomattn.methods.opamp.triton_kernel import _tiles
+    from zoomattn.methods.opamp import triton_kernel
 
     n = args.lengths[0]
     q_stack, k_stack, v = _inputs(n, args.heads, args.kv_heads, args.head_dim)
     mask = tile_sweep.padding_mask(n, args.padded, DEVICE, args.padding_side)
-    table = _tiles(torch.device(DEVICE))
+    table = triton_kernel._tiles(torch.device(DEVICE))
 
     def run(tiles, backward: bool):
         forwards = _forwards(q_stack, k_stack, v, mask, tiles)
@@ -103,7 +104,8 @@ def sweep(args) -> dict:
         _step(forwards, (q_stack, k_stack, v))("triton")
 
     per_kernel = 2 if args.smoke else None
-    tried, best = tile_sweep.try_tiles(table, run, args.budget_s, DEVICE, per_kernel)
+    candidates = tile_sweep.sweep_candidates(triton_kernel.KV_KEYS_AS_ROWS)
+    tried, best = tile_sweep.try_tiles(table, run, args.budget_s, DEVICE, per_kernel, candidates)
     step = _step(_forwards(q_stack, k_stack, v, mask, table), (q_stack, k_stack, v))
     baselines = {name: (lambda name=name: step(name)) for name in ("sdpa", "stacked")}
     shape = f"B=1, L={n}, heads={args.heads}, kv_heads={args.kv_heads}, head_dim={args.head_dim}"
@@ -121,12 +123,13 @@ def main() -> None:
     import triton_special  # after device_for: it imports triton
 
     special = triton_special.use(args, has_g=False)
+    from zoomattn.methods.opamp import triton_kernel
+
+    switches = tile_sweep.set_switches(triton_kernel, args)
     if args.sweep:
         return tile_sweep.report_sweep(sweep(args), args.out)
-    from zoomattn.methods.opamp.triton_kernel import _tiles
-
-    args.tiles = tile_sweep.merged_tiles(_tiles(torch.device(DEVICE)), args.tiles)
-    what = f"B=1, fwd+bwd, padded={args.padded} ({args.padding_side}), {special}"
+    args.tiles = tile_sweep.merged_tiles(triton_kernel._tiles(torch.device(DEVICE)), args.tiles)
+    what = f"B=1, fwd+bwd, padded={args.padded} ({args.padding_side}), {switches}, {special}"
     tile_sweep.report_lengths(args, measure, what, DEVICE)
 
 

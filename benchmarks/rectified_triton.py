@@ -211,13 +211,6 @@ def main() -> None:
     p.add_argument("--profile", action="store_true",
                    help="time per CUDA kernel, fused and SDPA (see profile)")  # fmt: skip
     p.add_argument("--g", default="max", help="the rectifier g (max, tanh, tanh_plus_x, sigmoid)")
-    # the switches on or off (--no-...), else as the kernel module has them (both on since the
-    # H200 timed them, 2026-11-27)
-    p.add_argument("--padding-spans", action=argparse.BooleanOptionalAction,
-                   help="a padding mask as each row's real keys (PADDING_SPANS)")  # fmt: skip
-    p.add_argument("--kv-keys-as-rows", action=argparse.BooleanOptionalAction,
-                   help="dK/dV's tiles as [keys, queries] (KV_KEYS_AS_ROWS), at the table's "
-                        'tile for it or one given: --tiles \'{"kv": [16, 64, 4, 2]}\'')  # fmt: skip
     p.add_argument("--skip-padded-rows", action=argparse.BooleanOptionalAction,
                    help="with padding spans, right padding's padded rows attend to nothing "
                         "(SKIP_PADDED_ROWS; off by default)")  # fmt: skip
@@ -232,13 +225,9 @@ def main() -> None:
     special = triton_special.use(args)
     from zoomattn.methods.rectify import triton_kernel
 
-    for name, on in (
-        ("PADDING_SPANS", args.padding_spans),
-        ("KV_KEYS_AS_ROWS", args.kv_keys_as_rows),
-        ("SKIP_PADDED_ROWS", args.skip_padded_rows),
-    ):
-        if on is not None:
-            setattr(triton_kernel, name, on)
+    switches = tile_sweep.set_switches(triton_kernel, args)  # both on since the H200 timed them
+    if args.skip_padded_rows is not None:
+        triton_kernel.SKIP_PADDED_ROWS = args.skip_padded_rows
     if args.rounded_once:
         triton_kernel.SPLIT_SCORE_GRADIENTS = False
     if args.sweep:
@@ -251,9 +240,7 @@ def main() -> None:
     what = (
         f"B={args.decode}, decoding steps, {padding}" if args.decode else f"B=1, {padding}, fwd+bwd"
     )
-    what = f"{what}, g={G}, {special}"  # the switches as the kernel module has them
-    what += ", padding spans" if triton_kernel.PADDING_SPANS else ""
-    what += ", dK/dV keys as rows" if triton_kernel.KV_KEYS_AS_ROWS else ""
+    what = f"{what}, g={G}, {special}, {switches}"  # the switches as the kernel module has them
     spans_and_skip = triton_kernel.PADDING_SPANS and triton_kernel.SKIP_PADDED_ROWS
     what += ", padded rows skipped" if spans_and_skip else ""
     what += "" if triton_kernel.SPLIT_SCORE_GRADIENTS else ", dZ rounded once"

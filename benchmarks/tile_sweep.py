@@ -265,6 +265,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-trace", metavar="DIR", default=None,
                    help="on CUDA: each variant's step once more under the allocator's "
                         "history, pickled in DIR, and the blocks live at its peak")  # fmt: skip
+    # each kernel's two switches on or off (--no-...), else as its module has them
+    p.add_argument("--padding-spans", action=argparse.BooleanOptionalAction,
+                   help="a padding mask as each row's real keys (PADDING_SPANS)")  # fmt: skip
+    p.add_argument("--kv-keys-as-rows", action=argparse.BooleanOptionalAction,
+                   help="dK/dV's tiles as [keys, queries] (KV_KEYS_AS_ROWS), at the table's "
+                        'tile for it or one given: --tiles \'{"kv": [16, 64, 4, 2]}\'')  # fmt: skip
     p.add_argument("--tritons-special", action="store_true",
                    help="the kernels' special functions (eˣ, 1/x, σ, ln x), g and row finish as "
                         "before their .ftz instructions (triton_special.py)")  # fmt: skip
@@ -325,6 +331,17 @@ def switched(module, **values):
     finally:
         for name, value in previous.items():
             setattr(module, name, value)
+
+
+def set_switches(module, args) -> str:
+    """Set the kernel ``module``'s PADDING_SPANS and KV_KEYS_AS_ROWS where the command line gives
+    them (``add_arguments``); what they then are, for the report's header."""
+    for name, on in (("PADDING_SPANS", args.padding_spans),
+                     ("KV_KEYS_AS_ROWS", args.kv_keys_as_rows)):  # fmt: skip
+        if on is not None:
+            setattr(module, name, on)
+    spans = "padding spans" if module.PADDING_SPANS else "mask bytes"
+    return f"{spans}, dK/dV {'keys' if module.KV_KEYS_AS_ROWS else 'queries'} as rows"
 
 
 def with_switch(module, name: str, value, fn):

@@ -23,6 +23,7 @@ KERNEL_MODULES = (
     "zoomattn.methods.rectify.triton_backward",
     "zoomattn.methods.opamp.triton_tiles",
     "zoomattn.methods.opamp.triton_kernel",
+    "zoomattn.methods.opamp.triton_backward",
 )
 
 

@@ -141,21 +141,27 @@ def rectify_launches(
 
 
 def opamp_launches(
-    n: int, masked: bool, tiles=None, g=None, dtype=torch.bfloat16, queries=None
-) -> list[Launch]:
-    """As ``rectify_launches`` (OpAmp has no g)."""
+    n: int, masked: bool, tiles=None, g=None, dtype=torch.bfloat16, queries=None, spans=None,
+    keys_as_rows=None, kv=None,
+) -> list[Launch]:  # fmt: skip
+    """As ``rectify_launches`` (OpAmp has no g; its switches ``PADDING_SPANS`` and
+    ``KV_KEYS_AS_ROWS``)."""
     from zoomattn.methods.opamp import triton_kernel
 
     q_stack = torch.zeros(1, 64, queries or n, 128, dtype=dtype, requires_grad=True)
     k_stack = torch.zeros(1, 16, n, 128, dtype=dtype, requires_grad=True)
     v = _projected(n, 8, 128, dtype)
-    with recorded(triton_kernel) as launches:
-        out = triton_kernel.two_branch_flash(
-            q_stack, k_stack, v, (0.5, 5.0), _mask(n, masked, queries),
-            tiles=tiles or opamp_table(dtype),
-        )  # fmt: skip
-        if queries is None:
-            out.backward(torch.zeros_like(out))
+    switches = {"PADDING_SPANS": spans, "KV_KEYS_AS_ROWS": keys_as_rows}
+    with switched(triton_kernel, **{k: on for k, on in switches.items() if on is not None}):
+        tiles = tiles or opamp_table(dtype)  # the table as the switches give it
+        if kv is not None:
+            tiles = {**tiles, "kv": kv}
+        with recorded(triton_kernel) as launches:
+            out = triton_kernel.two_branch_flash(
+                q_stack, k_stack, v, (0.5, 5.0), _mask(n, masked, queries), tiles=tiles
+            )
+            if queries is None:
+                out.backward(torch.zeros_like(out))
     return launches
 
 
@@ -289,6 +295,14 @@ VARIANTS = [
     # SPLIT_SCORE_GRADIENTS off: dZ rounded once in the backward's products
     *[
         ("rectify", masked, {"rounded_once": True, "kernels": ["_backward_kv", "_backward_q"]})
+        for masked in (False, True)
+    ],
+    # OpAmp's two switches (off until a card times them): the padding as key spans, and dK/dV
+    # keys first at the table's tile (16×64, 8 warps: the one spill-free) and at 128 keys
+    ("opamp", True, {"spans": True}),
+    *[
+        ("opamp", masked, {"keys_as_rows": True, "kv": kv, "kernels": ["_backward_kv"]})
+        for kv in ((16, 64, 8, 2), (16, 128, 8, 2))
         for masked in (False, True)
     ],
     *[(m, True, {"dtype": t}) for m in METHODS for t in (torch.float16, torch.float32)],

@@ -33,3 +33,17 @@ def interpreter_or_skip(cuda_tests: str) -> None:
             allow_module_level=True,
         )
     squeeze_interpreter_indices()
+
+
+def switch_fixture(kernel_module, switch: str, ids: tuple[str, str]):
+    """An autouse fixture, named ``ids[1]``, that runs every test of the module holding it with
+    the kernel module's ``switch`` off and then on (``ids``: the two cases' names); a test picks
+    one by parametrizing the fixture indirectly."""
+    import pytest
+
+    @pytest.fixture(autouse=True, params=[False, True], ids=list(ids), name=ids[1])
+    def both_ways(request, monkeypatch):
+        monkeypatch.setattr(kernel_module, switch, request.param)
+        return request.param
+
+    return both_ways

@@ -53,13 +53,14 @@ def test_every_gpu_lane_step_that_selects_with_k_collects_tests(tmp_path):
 def test_every_term_of_a_lane_steps_k_selection_matches_some_test():
     """``-k "a or b"`` collects tests while ``b`` matches none: each term on its own must name
     some test of the step's files (pytest's -k matches a test's name, case-insensitively), the
-    words of ``a and not c`` each (an exclusion that names nothing excludes nothing)."""
+    words of ``a and not c`` and of ``not a`` each (an exclusion that names nothing excludes
+    nothing)."""
     terms, files = {}, set()
     for name, command in _lane_steps().items():
         selection = re.search(r'-k (?:"([^"]+)"|(\S+))', command)
         if selection:
             for term in re.split(r" or | and not | and ", selection.group(1) or selection.group(2)):
-                terms[term.strip()] = name
+                terms[term.strip().removeprefix("not ")] = name
             files.update(re.findall(r"tests/gpu/\S+\.py", command))
     assert {
         "key_span",

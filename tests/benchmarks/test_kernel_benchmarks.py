@@ -24,13 +24,22 @@ def _smoke(script: str, *args: str) -> list[dict]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-@pytest.mark.parametrize("special", [[], ["--tritons-special"]])
-def test_opamp_benchmark_times_the_kernel_beside_the_stacked_call_and_agrees_with_it(special):
-    row, summary = _smoke("opamp_triton.py", "--padded", "0.25", *special)
+@pytest.mark.parametrize(
+    "mode",
+    [[], ["--tritons-special"],
+     ["--padding-spans", "--kv-keys-as-rows", "--padding-side", "right"]],
+)  # fmt: skip
+def test_opamp_benchmark_times_the_kernel_beside_the_stacked_call_and_agrees_with_it(mode):
+    """In each mode, the summary naming the switches as they ran (both off unless the flags set
+    them: the kernel module's defaults)."""
+    row, summary = _smoke("opamp_triton.py", "--padded", "0.25", *mode)
     assert row["n"] == 40 and row["triton_vs_stacked_rel_error"] < 2e-2  # bf16 outputs
     assert {"sdpa_ms", "stacked_ms", "triton_ms", "triton_time_vs_sdpa"} <= set(row)
     assert "padded=0.25" in summary["shape"] and summary["40"]["triton_time_vs_sdpa"] > 0
     assert summary["shape"].endswith("special functions interpreter's")  # OpAmp has no g
+    on = "--padding-spans" in mode
+    switches = "padding spans, dK/dV keys as rows" if on else "mask bytes, dK/dV queries as rows"
+    assert f"({'right' if on else 'left'}), {switches}" in summary["shape"]
 
 
 def test_opamp_stacked_benchmark_times_both_ways_and_counts_less_kept_with_adapters_replayed():

@@ -66,9 +66,17 @@ spans_modes = [launch.kwargs["HAS_MASK"]
                for skip in (False, True)
                for launch in triton_static.rectify_launches(256, True, tiles, spans=True,
                                                             skip_padded_rows=skip)]
+opamp_switches = triton_static.static_rows("opamp", 256, True, tiles, spans=True)
+opamp_switches += triton_static.static_rows("opamp", 256, True, None, ["_backward_kv"],
+                                            keys_as_rows=True)
+opamp_switches += triton_static.static_rows("opamp", 256, True, None, ["_backward_kv"],
+                                            keys_as_rows=False)
+spans_modes += [launch.kwargs["HAS_MASK"]
+                for launch in triton_static.opamp_launches(256, True, tiles, spans=True)]
 print(json.dumps({"rows": rows, "keys_as_rows": keys_as_rows, "queries_first": queries_first,
                   "default_kv": default_kv, "arch": compiled.metadata.target.arch,
                   "switches": switches, "spans_modes": spans_modes,
+                  "opamp_switches": opamp_switches,
                   "upcast": forward.kwargs["UPCAST"], "signature": compiled.src.signature,
                   "variants": variants,
                   "step": triton_static.specialised(step)[0].signature}))
@@ -143,7 +151,14 @@ def test_every_kernel_compiles_for_sm90_with_each_switch_that_changes_its_code(c
     ]
     for row in rows:
         _assert_compiled(row)
-    assert compiled["spans_modes"] == [2, 2, 2, 3, 3, 3]  # the spans' code, not the mask bytes'
+    # the spans' code, not the mask bytes': rectification's, then OpAmp's (no SKIP_PADDED_ROWS)
+    assert compiled["spans_modes"] == [2, 2, 2, 3, 3, 3, 2, 2, 2]
+    opamp = compiled["opamp_switches"][:3]
+    assert [(r["kernel"], r["variant"]) for r in opamp] == [
+        (k, "spans=True") for k in ("_forward", "_backward_kv", "_backward_q")
+    ]
+    for row in opamp:
+        _assert_compiled(row)
 
 
 def test_dk_dv_as_key_rows_compiles_to_hoppers_warpgroup_mmas_only(compiled):
@@ -163,6 +178,20 @@ def test_dk_dv_as_key_rows_compiles_to_hoppers_warpgroup_mmas_only(compiled):
     for r in (row, default):
         assert r["wgmma"] > 0 and r["mma_sync"] == 0, r
     assert queries_first["mma_sync"] > 0 and queries_first["wgmma"] == 0, queries_first
+
+
+def test_opamps_dk_dv_as_key_rows_compiles_to_warpgroup_mmas_only_at_its_table_tile(compiled):
+    """OpAmp's KV_KEYS_AS_ROWS (off until a card times it) at the table's dK/dV tile, 16 queries
+    by 64 keys at 8 warps: every product a warpgroup MMA, spill-free; the [queries, keys] tiles
+    (the switch off) compile mostly to Ampere's mma.sync."""
+    keys_first, queries_first = compiled["opamp_switches"][3:]
+    for r in (keys_first, queries_first):
+        _assert_compiled(r)
+        assert r["tile"] == [16, 64, 8, 2], r
+    assert keys_first["variant"] == "keys_as_rows=True"
+    assert keys_first["wgmma"] > 0 and keys_first["mma_sync"] == 0, keys_first
+    assert keys_first["spill_stack_bytes"] == 0, keys_first
+    assert queries_first["mma_sync"] > queries_first["wgmma"], queries_first
 
 
 def test_per_score_counts_what_all_the_tiles_threads_issue_and_load_for_each_of_its_scores(

@@ -4,7 +4,8 @@ goes to the memory-efficient kernel with the KV heads repeated (``math.gqa_for_k
 unmasked one to flash; decoding; dropout's masks (CUDA's generator), with the adapters' activations
 kept or replayed in backward (``fused.RECOMPUTE_ADAPTERS``); and the dispatch under
 ``attention_kernels: fused``. The opt-in ``triton`` path (triton_kernel.py) likewise, compiled, and
-its kernel alone against the fp64 formula within 1.5× bf16 SDPA's error, rows without keys 0."""
+its kernel alone against the fp64 formula within 1.5× bf16 SDPA's error, rows without keys 0,
+with its two switches (off until a card times them) too."""
 
 import copy
 
@@ -13,6 +14,7 @@ import torch
 
 from tests.attention.test_math import left_padding_mask
 from tests.gpu.lane import DEVICE
+from tests.methods.rectify.test_kernel import right_padding_mask
 from zoomattn.attention import kernels
 from zoomattn.attention.math import attention_probs, repeat_kv, sdpa
 from zoomattn.methods.opamp.config import OpAmpConfig
@@ -187,10 +189,47 @@ def test_triton_kernel_matches_the_fp64_formula_within_bf16_sdpas_error(case, dt
     """The compiled kernel alone, every row: fp32 to 1e-5 (relative); bf16 within 1.5× bf16 SDPA's
     own error (values, and the worst of dQ₀, dQ₁, dK₀, dK₁, dV); a row with no key gives 0 and a
     finite, zero gradient (CUDA's memory-efficient SDPA gives such a row NaN in bf16)."""
+    _check_kernel(case, dtype)
+
+
+# the kernel's switches (triton_kernel.PADDING_SPANS, KV_KEYS_AS_ROWS; both off until a card
+# times them), each alone and together
+SWITCHES = {"key_spans": ("PADDING_SPANS",), "key_rows": ("KV_KEYS_AS_ROWS",),
+            "key_spans_and_key_rows": ("PADDING_SPANS", "KV_KEYS_AS_ROWS")}  # fmt: skip
+
+
+@needs_cuda
+@pytest.mark.parametrize("switches", list(SWITCHES))
+@pytest.mark.parametrize("dtype", list(BOUNDS))
+@pytest.mark.parametrize("case", ["padded", "right_padded"])
+def test_triton_kernel_with_its_switches_matches_the_fp64_formula(
+    case, dtype, switches, monkeypatch
+):
+    """As above, with the padding as key spans and/or dK/dV as [keys, queries] tiles, under
+    generation's left padding and training's right padding (whose padded rows see every real
+    key); with key spans the kernels get the spans (mode 2), not the mask's bytes."""
+    from zoomattn.methods.opamp import triton_kernel
+
+    for name in SWITCHES[switches]:
+        monkeypatch.setattr(triton_kernel, name, True)
+    kinds, sizes = [], triton_kernel._sizes
+
+    def spy_sizes(*args):
+        out = sizes(*args)
+        kinds.append(out[1]["HAS_MASK"])
+        return out
+
+    monkeypatch.setattr(triton_kernel, "_sizes", spy_sizes)
+    _check_kernel(case, dtype)
+    assert set(kinds) == ({2} if "key_spans" in switches else {1})
+
+
+def _check_kernel(case, dtype):
     from zoomattn.methods.opamp.triton_kernel import two_branch_flash
 
     n_q = 1 if case == "decoding" else N
-    mask = None if case == "decoding" else left_padding_mask([N, N // 2], N).to(DEVICE)
+    masks = {"padded": left_padding_mask, "right_padded": right_padding_mask}
+    mask = masks[case]([N, N // 2], N).to(DEVICE) if case in masks else None
     inputs = _stacks(dtype, n_q)
     out, grads = _kernel_contract(inputs, mask, two_branch_flash)
     exact = [t.detach().double().requires_grad_() for t in inputs]
@@ -205,7 +244,7 @@ def test_triton_kernel_matches_the_fp64_formula_within_bf16_sdpas_error(case, dt
         sdpa_out_error, sdpa_grad_error = _sdpa_errors(inputs, mask)
         assert _rel(out, ref) <= 1.5 * sdpa_out_error, (_rel(out, ref), sdpa_out_error)
         assert grad_error <= 1.5 * sdpa_grad_error, (grad_error, sdpa_grad_error)
-    if mask is not None:
+    if case == "padded":  # left padding: rows with no key
         empty = ~mask.any(-1)[:, 0]
         raw = two_branch_flash(*inputs, GAINS, mask)
         assert (raw.transpose(1, 2)[empty] == 0).all()

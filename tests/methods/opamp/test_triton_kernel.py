@@ -2,7 +2,7 @@
 and gradients of Q₀, Q₁, K₀, K₁ and V, and its ``triton`` path against the ``plain`` path through
 real adapters: on the CPU through Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1
 where CUDA is absent), tiny shapes with 16×16 tiles so that every sequence spans several tiles,
-one of them ragged."""
+one of them ragged; every test with each of the kernel's two switches off and on."""
 
 import pytest
 import torch
@@ -10,8 +10,9 @@ import torch
 from tests.attention.test_math import left_padding_mask
 from tests.attention.test_tile_ranges import scattered_mask
 from tests.methods.opamp.test_fused import _inputs, _layer, _values_and_grads
+from tests.methods.rectify.test_kernel import right_padding_mask
 from tests.methods.rectify.test_kernel_bf16 import _bf16_errors, _rel
-from tests.triton_interpreter import interpreter_or_skip
+from tests.triton_interpreter import interpreter_or_skip, switch_fixture
 from zoomattn.attention import kernels
 from zoomattn.attention.math import attention_probs, repeat_kv, sdpa
 from zoomattn.methods.opamp import kernel
@@ -20,11 +21,20 @@ interpreter_or_skip("tests/gpu/test_opamp_fused_on_cuda.py")
 from zoomattn.methods.opamp import triton_kernel  # noqa: E402
 from zoomattn.methods.opamp.triton_kernel import two_branch_flash  # noqa: E402
 
+# every test both ways: a padding causal mask as bytes or as each row's span of keys, and dK/dV's
+# tiles as [queries, keys] or as [keys, queries]
+padding_spans = switch_fixture(triton_kernel, "PADDING_SPANS", ("mask_bytes", "padding_spans"))
+kv_keys_as_rows = switch_fixture(
+    triton_kernel, "KV_KEYS_AS_ROWS", ("kv_queries_as_rows", "kv_keys_as_rows")
+)
+
+
 N, D = 24, 16  # 16 + 8: two query tiles and two key tiles, the second ragged
 GAINS = (0.5, 10.0)  # OpAmp's (A_c/2, A_d) at K = 10: branch weights 10.5 and −9.5
 # name: (B, H, H_kv, L, S, left-padding lengths or None); GQA throughout (2 query heads per KV head)
 SCENARIOS = {
     "padded": (2, 2, 1, N, N, [N, 13]),  # 11 rows of the second sequence see no key
+    "right_padded": (2, 2, 1, N, N, [-N, -13]),  # training's: 11 padded rows see every real key
     "causal_prefill": (1, 2, 1, N, N, None),
     "decoding_step": (1, 2, 1, 1, N, None),
 }
@@ -34,6 +44,7 @@ SCENARIOS = {
 # decoding step over more than one of the decode tile's 128 keys
 TABLE_SCENARIOS = {
     "padded": (2, 2, 1, 150, 150, [150, 70]),
+    "right_padded": (2, 2, 1, 150, 150, [-150, -70]),
     "causal_prefill": (1, 2, 1, 150, 150, None),
     "decoding_step": (1, 2, 1, 1, 150, None),
 }
@@ -41,13 +52,18 @@ TABLE_SCENARIOS = {
 
 def _scenario(name, dtype, scenarios=SCENARIOS):
     """q_stack = [Q₀ | Q₁], k_stack = [K₀ | K₁] and v (laid out as the model's projections leave
-    it, [B, S, H_kv, D] transposed), leaves; the mask."""
+    it, [B, S, H_kv, D] transposed), leaves; the mask (lengths below 0: right padding)."""
     b, h, hkv, n_q, n_k, lengths = scenarios[name]
     g = torch.Generator().manual_seed(0)
     q_stack = torch.randn(b, 2 * h, n_q, D, generator=g).to(dtype).requires_grad_()
     k_stack = torch.randn(b, 2 * hkv, n_k, D, generator=g).to(dtype).requires_grad_()
     v = torch.randn(b, n_k, hkv, D, generator=g).to(dtype).transpose(1, 2).requires_grad_()
-    mask = None if lengths is None else left_padding_mask(lengths, n_k)[:, :, n_k - n_q :]
+    if lengths is None:
+        mask = None
+    elif lengths[0] < 0:
+        mask = right_padding_mask([-n for n in lengths], n_k)
+    else:
+        mask = left_padding_mask(lengths, n_k)[:, :, n_k - n_q :]
     return (q_stack, k_stack, v), mask
 
 
@@ -108,10 +124,52 @@ def _assert_kernel_is_formula(inputs, mask, tiles=None):
         torch.testing.assert_close(
             a.double(), b, atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"d{n}: {m}"
         )
-    if mask is not None:
+    if mask is not None and not mask[..., 0].all():  # left padding: rows with no key
         empty = ~mask.any(-1)[:, 0]  # [B, L]
         assert empty.any() and (out.transpose(1, 2)[empty] == 0).all()
         assert (grads[0].transpose(1, 2)[empty] == 0).all()
+
+
+@pytest.mark.parametrize("padding_spans", [True], ids=["padding_spans"], indirect=True)
+@pytest.mark.parametrize("scenario", ["padded", "right_padded"])
+def test_a_padding_mask_reaches_the_kernels_as_key_spans_found_once_per_mask(monkeypatch, scenario):
+    """With PADDING_SPANS, forward and backward get mode 2 (a mask of one row broadcast over the
+    batch included); the spans and the tile ranges are found once while the same mask tensor
+    comes back unedited (a forward's layers), and again after an in-place edit, which here makes
+    it no padding mask (mode 1: its bytes)."""
+    kinds, examined, found = [], [], []
+    sizes, spans, ranges = (
+        triton_kernel._sizes,
+        triton_kernel.padding_spans,
+        triton_kernel.tile_ranges,
+    )
+
+    def spy_sizes(q, v, mask, spec):
+        out = sizes(q, v, mask, spec)
+        kinds.append(out[1]["HAS_MASK"])
+        return out
+
+    monkeypatch.setattr(triton_kernel, "_sizes", spy_sizes)
+    monkeypatch.setattr(triton_kernel, "padding_spans", lambda m: examined.append(1) or spans(m))
+    monkeypatch.setattr(triton_kernel, "tile_ranges", lambda *a: found.append(1) or ranges(*a))
+    inputs, mask = _scenario(scenario, torch.float32)
+
+    def layer(one_row_mask):
+        out, grads = _kernel_contract(
+            inputs, one_row_mask, lambda *t: two_branch_flash(*t, GAINS, one_row_mask)
+        )
+        want, want_grads = _kernel_contract(inputs, one_row_mask.expand_as(mask), None)
+        ok = one_row_mask.expand_as(mask).any(-1, keepdim=True)
+        torch.testing.assert_close(out.where(ok, 0.0), want.where(ok, 0.0))
+        for a, b in zip(_per_branch(grads), _per_branch(want_grads), strict=True):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+    for one_row_mask in (mask, mask[1:]):  # the batch's mask, then row 1's broadcast over both
+        layer(one_row_mask), layer(one_row_mask)
+    assert kinds == [2] * 8 and len(examined) == 2 and len(found) == 2
+    mask[0, 0, -1, 0] = False  # edited in place: examined again, and no longer padding
+    layer(mask)
+    assert len(examined) == 3 and len(found) == 3 and kinds[-2:] == [1, 1]
 
 
 @pytest.mark.parametrize("scenario", TABLE_SCENARIOS)

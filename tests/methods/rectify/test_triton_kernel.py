@@ -9,7 +9,7 @@ import torch
 
 from tests.attention.test_tile_ranges import scattered_mask
 from tests.methods.rectify.test_kernel import _inputs, left_padding_mask, right_padding_mask
-from tests.triton_interpreter import interpreter_or_skip
+from tests.triton_interpreter import interpreter_or_skip, switch_fixture
 from zoomattn.attention import kernels
 from zoomattn.methods.rectify import kernel as rectify_kernel
 from zoomattn.methods.rectify.kernel import (
@@ -23,19 +23,12 @@ interpreter_or_skip("tests/gpu/test_rectify_triton_on_cuda.py")
 from zoomattn.methods.rectify import triton_kernel  # noqa: E402
 from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention  # noqa: E402
 
-
-@pytest.fixture(autouse=True, params=[False, True], ids=["mask_bytes", "padding_spans"])
-def padding_spans(request, monkeypatch):
-    """Every test both ways: a padding causal mask as bytes, or as each row's span of keys."""
-    monkeypatch.setattr(triton_kernel, "PADDING_SPANS", request.param)
-    return request.param
-
-
-@pytest.fixture(autouse=True, params=[False, True], ids=["kv_queries_as_rows", "kv_keys_as_rows"])
-def kv_keys_as_rows(request, monkeypatch):
-    """Every test both ways: dK/dV's tiles as [queries, keys] or as [keys, queries]."""
-    monkeypatch.setattr(triton_kernel, "KV_KEYS_AS_ROWS", request.param)
-    return request.param
+# every test both ways: a padding causal mask as bytes or as each row's span of keys, and dK/dV's
+# tiles as [queries, keys] or as [keys, queries]
+padding_spans = switch_fixture(triton_kernel, "PADDING_SPANS", ("mask_bytes", "padding_spans"))
+kv_keys_as_rows = switch_fixture(
+    triton_kernel, "KV_KEYS_AS_ROWS", ("kv_queries_as_rows", "kv_keys_as_rows")
+)
 
 
 def switches_id(spans: bool, keys: bool) -> str:

@@ -1,7 +1,8 @@
 """OpAmp's two branches of attention as one Triton kernel, flash-attention style (forward and
 backward), for CUDA: the ``triton`` path of ``kernel.two_branch_attention``. Opt-in only (no setting
-selects it; ``attention_kernels: fused`` runs the ``stacked`` path): on an H200 it took 11–17× plain
-SDPA's time, 1.4–5.5× the stacked path's, at its untuned tiles (docs/kernels.md). Written after
+selects it; ``attention_kernels: fused`` runs the ``stacked`` path): on an H200 at 8192 tokens it
+took 4.11× causal SDPA's time under 25 % left padding, at 1.09× its memory, where the stacked path
+took 4.00× and 3.68× causal (2026-11-27, docs/kernels.md). Written after
 FlashAttention-2 (Dao, 2023) and Triton's fused-attention tutorial, with the rectified kernel's
 conventions (``rectify/triton_kernel.py``); the sharing between the branches follows the idea of
 ``aharbi/triton-diff-attn`` (our own code).
@@ -28,8 +29,13 @@ in fp32 and rounds once; ``_BranchScale`` scales the adapters' weights), so in b
 exactly where the branches agree. V is not behind a ``_Fork`` here: its gradient carries the
 weights itself, w₀P₀ + w₁P₁ formed in fp32 and ONE dot with g, rounded once. (Two unscaled dV₀,
 dV₁ rounded to bf16 and summed by ``_Fork`` would carry each rounding times |wᵢ| ≈ K.) Two kernels,
-as the rectified one: one per key tile (dK₀, dK₁, dV over its GQA group's query heads and query
-tiles: no atomics), one per query tile (dQ₀, dQ₁); causal tiles are skipped.
+as the rectified one (``triton_backward.py``): one per key tile (dK₀, dK₁, dV over its GQA group's
+query heads and query tiles: no atomics; with ``KV_KEYS_AS_ROWS`` its tiles are [keys, queries]),
+one per query tile (dQ₀, dQ₁); causal tiles are skipped.
+
+A mask reaches the kernels as its bytes, or with ``PADDING_SPANS``, where it is padding under
+causal, as each batch row's span of real keys (``tile_ranges.padding_spans``); either way only the
+tiles it leaves work in are visited (``tile_ranges``), found once per mask tensor.
 
 A row the mask leaves no key gives 0 and no gradient, as ``math.sdpa`` (and so the stacked path)
 gives it: its log-sum-exp is +inf, so its P is 0 in backward.
@@ -51,27 +57,38 @@ import triton
 import triton.language as tl
 
 from zoomattn.attention.math import causal_flag, row_dot
+from zoomattn.attention.reuse import SameTensors
 from zoomattn.attention.tile_ranges import (
     check_mask,
     launch_arg,
     mask_arg,
+    padding_spans,
     tile_ranges,
     tiles_for,
 )
 from zoomattn.attention.triton_tiles import (
     allowed_keys,
     cast,
-    dot,
-    dot_rounded,
-    exp,
     key_range,
     online_softmax,
-    query_range,
     tile,
 )
+from zoomattn.methods.opamp.triton_backward import _backward_kv, _backward_q
 from zoomattn.methods.opamp.triton_tiles import finish, scores
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# A causal mask with padding (right: training's batches; left: generation's prompts) passed as
+# each batch row's span of real keys (tile_ranges.padding_spans), not as bytes every tile loads:
+# rectification's kernel, whose mask handling this shares (triton_tiles.allowed_keys), was 8-22 %
+# faster with it on an H200 (docs/kernels.md). Off until a card times it here (step
+# opamp_switches_ab of benchmarks/gpu_checks.sh).
+PADDING_SPANS = False
+# dK/dV's tiles computed as [keys, queries] (triton_backward.py), as rectification's
+# KV_KEYS_AS_ROWS (3-16 % faster there on an H200). Off until a card times it here.
+KV_KEYS_AS_ROWS = False
+# a mask's key spans and tile ranges, built by a forward's first layer for the others (every
+# layer gets the same mask tensor) and for the backward
+_from_mask = SameTensors()
 
 
 @triton.jit
@@ -126,111 +143,6 @@ def _forward(
     tl.store(LSE + stats0 + n_heads * n_q, lse1, mask=offs_m < n_q)
 
 
-@triton.jit
-def _backward_kv(
-    Q, K, V, DO, LSE, DELTA, DK, DV, MASK, RANGES,
-    sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, sv_b, sv_h, sv_l, sv_d,
-    so_b, so_h, so_l, so_d, sm_b, sm_l,
-    n_heads, n_kv, group, n_q, n_k, head_dim, offset, scale, w0, w1,
-    CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    """dK₀, dK₁ and dV of one key tile of one KV head: over its group's query heads and tiles."""
-    pid_n, bk = tl.program_id(0), tl.program_id(1)
-    b, hk = bk // n_kv, bk % n_kv
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    k_cols0, cols_ok = tile(b, hk, offs_n, offs_d, sk_b, sk_h, sk_l, sk_d, n_k, head_dim)
-    k_cols1 = k_cols0 + n_kv * sk_h
-    # each tile's unused validity has a name of its own: Triton types a name that a loop reassigns
-    # once, so one `_` for a key tile and a query tile failed to compile unless BLOCK_M = BLOCK_N
-    v_cols, _v_ok = tile(b, hk, offs_n, offs_d, sv_b, sv_h, sv_l, sv_d, n_k, head_dim)
-    k0 = tl.load(K + k_cols0, mask=cols_ok, other=0.0)
-    k1 = tl.load(K + k_cols1, mask=cols_ok, other=0.0)
-    v = tl.load(V + v_cols, mask=cols_ok, other=0.0)
-    dk0 = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    dk1 = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    first, last = query_range(RANGES, b, pid_n, n_q, offset, CAUSAL, HAS_MASK, BLOCK_N, BLOCK_M)
-    for j in range(0, group):
-        h = hk * group + j
-        for start_m in range(first, last, BLOCK_M):
-            offs_m = start_m + tl.arange(0, BLOCK_M)
-            rows0, rows_ok = tile(b, h, offs_m, offs_d, sq_b, sq_h, sq_l, sq_d, n_q, head_dim)
-            q0 = tl.load(Q + rows0, mask=rows_ok, other=0.0)
-            q1 = tl.load(Q + rows0 + n_heads * sq_h, mask=rows_ok, other=0.0)
-            do_rows, _do_ok = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
-            do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
-            stats0 = (b * 2 * n_heads + h) * n_q + offs_m
-            ok = offs_m < n_q
-            lse0 = tl.load(LSE + stats0, mask=ok, other=float("inf"))
-            lse1 = tl.load(LSE + stats0 + n_heads * n_q, mask=ok, other=float("inf"))
-            delta0 = tl.load(DELTA + stats0, mask=ok, other=0.0)
-            delta1 = tl.load(DELTA + stats0 + n_heads * n_q, mask=ok, other=0.0)
-            allowed = allowed_keys(
-                offs_m[:, None], offs_n[None, :], MASK + b * sm_b + offs_m[:, None] * sm_l,
-                n_q, n_k, offset, CAUSAL, HAS_MASK,
-            )  # fmt: skip
-            p0 = exp(scores(q0, k0, allowed, scale, PRECISION, UPCAST) - lse0[:, None], UPCAST)
-            p1 = exp(scores(q1, k1, allowed, scale, PRECISION, UPCAST) - lse1[:, None], UPCAST)
-            dv = dot_rounded(tl.trans(p0 * w0 + p1 * w1), do, PRECISION, UPCAST, dv)
-            dp = dot(do, tl.trans(v), PRECISION, UPCAST)  # shared by the branches
-            dk0 = dot_rounded(tl.trans(p0 * (dp - delta0[:, None])), q0, PRECISION, UPCAST, dk0)
-            dk1 = dot_rounded(tl.trans(p1 * (dp - delta1[:, None])), q1, PRECISION, UPCAST, dk1)
-    tl.store(DK + k_cols0, cast(dk0 * scale, DK.dtype.element_ty, UPCAST), mask=cols_ok)
-    tl.store(DK + k_cols1, cast(dk1 * scale, DK.dtype.element_ty, UPCAST), mask=cols_ok)
-    tl.store(DV + v_cols, cast(dv, DV.dtype.element_ty, UPCAST), mask=cols_ok)
-
-
-@triton.jit
-def _backward_q(
-    Q, K, V, DO, LSE, DELTA, DQ, MASK, RANGES,
-    sq_b, sq_h, sq_l, sq_d, sk_b, sk_h, sk_l, sk_d, sv_b, sv_h, sv_l, sv_d,
-    so_b, so_h, so_l, so_d, sm_b, sm_l,
-    n_heads, n_kv, group, n_q, n_k, head_dim, offset, scale,
-    CAUSAL: tl.constexpr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    """dQ₀ and dQ₁ of one query tile of one query head: over the key tiles it sees."""
-    pid_m, bh = tl.program_id(0), tl.program_id(1)
-    b, h = bh // n_heads, bh % n_heads
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    rows0, rows_ok = tile(b, h, offs_m, offs_d, sq_b, sq_h, sq_l, sq_d, n_q, head_dim)
-    rows1 = rows0 + n_heads * sq_h
-    q0 = tl.load(Q + rows0, mask=rows_ok, other=0.0)
-    q1 = tl.load(Q + rows1, mask=rows_ok, other=0.0)
-    do_rows, _do_ok = tile(b, h, offs_m, offs_d, so_b, so_h, so_l, so_d, n_q, head_dim)
-    do = tl.load(DO + do_rows, mask=rows_ok, other=0.0)
-    stats0 = (b * 2 * n_heads + h) * n_q + offs_m
-    ok = offs_m < n_q
-    lse0 = tl.load(LSE + stats0, mask=ok, other=float("inf"))
-    lse1 = tl.load(LSE + stats0 + n_heads * n_q, mask=ok, other=float("inf"))
-    delta0 = tl.load(DELTA + stats0, mask=ok, other=0.0)
-    delta1 = tl.load(DELTA + stats0 + n_heads * n_q, mask=ok, other=0.0)
-    mask_rows = MASK + b * sm_b + offs_m[:, None] * sm_l
-    dq0 = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    dq1 = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    start, end = key_range(RANGES, b, pid_m, n_k, offset, CAUSAL, HAS_MASK, BLOCK_M)
-    for start_n in range(start, end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        k_cols, cols_ok = tile(b, h // group, offs_n, offs_d, sk_b, sk_h, sk_l, sk_d, n_k, head_dim)
-        k0 = tl.load(K + k_cols, mask=cols_ok, other=0.0)
-        k1 = tl.load(K + k_cols + n_kv * sk_h, mask=cols_ok, other=0.0)
-        v_cols, _v_ok = tile(b, h // group, offs_n, offs_d, sv_b, sv_h, sv_l, sv_d, n_k, head_dim)
-        v = tl.load(V + v_cols, mask=cols_ok, other=0.0)
-        allowed = allowed_keys(
-            offs_m[:, None], offs_n[None, :], mask_rows, n_q, n_k, offset, CAUSAL, HAS_MASK
-        )
-        p0 = exp(scores(q0, k0, allowed, scale, PRECISION, UPCAST) - lse0[:, None], UPCAST)
-        p1 = exp(scores(q1, k1, allowed, scale, PRECISION, UPCAST) - lse1[:, None], UPCAST)
-        dp = dot(do, tl.trans(v), PRECISION, UPCAST)  # shared by the branches
-        dq0 = dot_rounded(p0 * (dp - delta0[:, None]), k0, PRECISION, UPCAST, dq0)
-        dq1 = dot_rounded(p1 * (dp - delta1[:, None]), k1, PRECISION, UPCAST, dq1)
-    tl.store(DQ + rows0, cast(dq0 * scale, DQ.dtype.element_ty, UPCAST), mask=rows_ok)
-    tl.store(DQ + rows1, cast(dq1 * scale, DQ.dtype.element_ty, UPCAST), mask=rows_ok)
-
-
 # --- host side -----------------------------------------------------------------------------------
 
 
@@ -245,8 +157,11 @@ def _tiles(device: torch.device, dtype=torch.bfloat16) -> dict[str, tuple[int, i
     2.25) and ran at 11–17× SDPA's time on the H200; this one ran at 4.11× causal SDPA's time
     there at 8192 tokens under 25 % left padding (2026-11-27), and was never swept
     (``benchmarks/opamp_triton.py --sweep``). fp32 inputs, whose products are FMAs, keep that
-    first table: at this one they spill 6–12 KiB per thread. Elsewhere (Triton's interpreter)
-    16×16, so short test sequences span several tiles."""
+    first table: at this one they spill 6–12 KiB per thread. With ``KV_KEYS_AS_ROWS`` dK/dV keeps
+    its 16×64 tile at 8 warps: compiled for sm_90 the one keys-first candidate without spills,
+    every product a warpgroup MMA, though its loop issues 1.76× the instructions per score
+    (benchmarks/results/triton_static.md). Elsewhere (Triton's interpreter) 16×16, so short test
+    sequences span several tiles."""
     if device.type != "cuda":
         return dict.fromkeys(("forward", "kv", "q", "decode"), (16, 16, 1, 1))
     if dtype == torch.float32:
@@ -286,11 +201,16 @@ def _sizes(q, v, mask, spec: dict) -> tuple[list, dict]:
     """Every kernel's strides of the mask and sizes after the tensors' strides, and constexprs."""
     b, h2, n_q, d = q.shape
     n_kv, n_k = v.shape[1], v.shape[2]
-    mask_strides = (0, 0) if mask is None else (mask.stride(0), mask.stride(2))
+    if mask is None:
+        mask_strides, mask_kind = (0, 0), 0
+    elif mask.dim() == 2:  # padding_spans: two numbers per batch row
+        mask_strides, mask_kind = (mask.stride(0), 0), 2
+    else:
+        mask_strides, mask_kind = (mask.stride(0), mask.stride(2)), 1
     sizes = [*mask_strides, h2 // 2, n_kv, h2 // 2 // n_kv, n_q, n_k, d, n_k - n_q, spec["scale"]]
     constexprs = {
         "CAUSAL": spec["causal"],
-        "HAS_MASK": mask is not None,
+        "HAS_MASK": mask_kind,
         "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
         "UPCAST": bool(triton.knobs.runtime.interpret),
         "BLOCK_D": max(16, triton.next_power_of_2(d)),
@@ -298,20 +218,21 @@ def _sizes(q, v, mask, spec: dict) -> tuple[list, dict]:
     return sizes, constexprs
 
 
-def _launch(kernel, grid, tensors, strided, sizes, constexprs, tile):
+def _launch(kernel, grid, tensors, strided, sizes, constexprs, tile, **switches):
     block_m, block_n, warps, stages = tile
     strides = [s for t in strided for s in t.stride()]
     kernel[grid](
-        *tensors, *strides, *sizes, **constexprs,
+        *tensors, *strides, *sizes, **constexprs, **switches,
         BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages,
     )  # fmt: skip
 
 
 def flash_forward(q, k, v, mask, spec) -> tuple[torch.Tensor, tuple]:
-    """The forward kernel on ``prepared`` inputs: (output, what ``flash_backward`` needs)."""
+    """The forward kernel on ``prepared`` inputs: (output, what ``flash_backward`` needs). The
+    mask reaches the kernels as its bytes, or as key spans where ``prepared`` found them."""
     b, h2, n_q, d = q.shape
-    ranges = {} if mask is None else tile_ranges(mask, spec["tiles"])
-    mask = mask_arg(mask)
+    ranges = spec.get("ranges", {})
+    mask = spec["padding_spans"] if "padding_spans" in spec else mask_arg(mask)
     out = q.new_empty(b, h2 // 2, n_q, d)
     o_branch = torch.empty_like(q)  # O₀ | O₁, strided as q
     lse = torch.empty(b, h2, n_q, device=q.device, dtype=torch.float32)
@@ -339,7 +260,7 @@ def flash_backward(grad, q, k, v, state, spec) -> tuple[torch.Tensor, ...]:
     _launch(
         _backward_kv, (triton.cdiv(n_k, tile[1]), b * n_kv),
         (q, k, v, grad, lse, delta, dk, dv, mask, launch_arg(ranges.get("kv"), q)), strided,
-        [*sizes, *spec["weights"]], constexprs, tile,
+        [*sizes, *spec["weights"]], constexprs, tile, KEYS_AS_ROWS=spec["keys_as_rows"],
     )  # fmt: skip
     tile = spec["tiles"]["q"]
     _launch(
@@ -374,15 +295,32 @@ def prepared(q_stack, k_stack, v, gains, mask=None, scaling=None, tiles=None) ->
         v = v.contiguous()  # dense, so that empty_like gives its gradient the same strides
     n_q, n_k = q_stack.shape[2], k_stack.shape[2]
     common, differential = (float(x) for x in gains)
+    tiles = tiles_for(tiles or _tiles(q_stack.device, q_stack.dtype), n_q)
     spec = {
         "scale": q_stack.shape[-1] ** -0.5 if scaling is None else float(scaling),
         "causal": causal_flag(mask, n_q, n_k),
         "common": common,
         "differential": differential,
         "weights": (common + differential, common - differential),
-        "tiles": tiles_for(tiles or _tiles(q_stack.device, q_stack.dtype), n_q),
+        "tiles": tiles,
+        "keys_as_rows": KV_KEYS_AS_ROWS,
     }
-    return q_stack, k_stack, v, check_mask(mask, q_stack.shape[0], n_q, n_k), spec
+    checked = check_mask(mask, q_stack.shape[0], n_q, n_k)
+    if checked is not None:
+        _mask_spec(mask, checked, spec)
+    return q_stack, k_stack, v, checked, spec
+
+
+def _mask_spec(mask, checked, spec: dict) -> None:
+    """The tiles ``checked`` leaves work in (``tile_ranges``) and, with ``PADDING_SPANS``, its key
+    spans where it is padding under causal, into ``spec``: built once per mask tensor."""
+    tiles = spec["tiles"]
+    ranges_of = f"ranges, batch {checked.shape[0]}, tiles {sorted(tiles.items())}"
+    spec["ranges"] = _from_mask.get(ranges_of, (mask,), lambda: tile_ranges(checked, tiles))
+    if PADDING_SPANS:  # one comparison (a host sync) per mask
+        spans = _from_mask.get("spans", (mask,), lambda: padding_spans(checked))
+        if spans is not None:  # a mask of one batch row broadcast over the batch
+            spec["padding_spans"] = spans.expand(checked.shape[0], 2).contiguous()
 
 
 def two_branch_flash(q_stack, k_stack, v, gains, mask=None, scaling=None, tiles=None):
