@@ -1,11 +1,18 @@
 import json
+import warnings
 
 import pytest
 import torch
 
 from zoomattn.methods import METHODS
 from zoomattn.methods.loading import build_trainable, load_finetuned, load_merged
-from zoomattn.modeling.loading import METHOD_FILE, export_merged, save_finetuned
+from zoomattn.modeling.loading import (
+    METHOD_FILE,
+    enable_activation_checkpointing,
+    export_merged,
+    save_finetuned,
+    unwrap,
+)
 
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj", "down_proj"]}
 NF4 = {"load_in_4bit": True, "quant_type": "nf4", "double_quant": True, "compute_dtype": "float32"}
@@ -101,3 +108,35 @@ def test_a_4bit_model_computes_in_evaluation_what_it_computes_in_training_on_any
     with torch.no_grad():
         got = model(input_ids=IDS).logits
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+def test_activation_checkpointing_reaches_every_layer_of_a_lora_model_with_no_deprecation(base_dir):
+    """Through peft's wrapper to transformers' own call (5.23's name: no FutureWarning), every
+    decoder layer checkpointed, and a training step's gradients those of the step without it."""
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = build_trainable(base_dir, "qlora", METHODS["qlora"].make_config({}), LORA, None)
+        if checkpointing:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                enable_activation_checkpointing(model)
+        layers = unwrap(model).model.layers
+        assert all(layer.gradient_checkpointing for layer in layers) == checkpointing
+        model.train()(input_ids=IDS, labels=IDS).loss.backward()
+        grads.append({n: p.grad for n, p in model.named_parameters() if p.requires_grad})
+    assert grads[0].keys() == grads[1].keys()
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, msg=name)
+
+
+def test_activation_checkpointing_takes_the_old_name_where_transformers_has_only_that():
+    """transformers before 5.23 (the GPU image's 5.17) has gradient_checkpointing_enable alone."""
+    calls = []
+
+    class OldModel:
+        def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+            calls.append(gradient_checkpointing_kwargs)
+
+    enable_activation_checkpointing(OldModel())
+    assert calls == [{"use_reentrant": False}]

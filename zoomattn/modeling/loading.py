@@ -120,6 +120,19 @@ def read_method_file(model_dir: Path) -> tuple[str, dict]:
     return spec["method"], spec["config"]
 
 
+def enable_activation_checkpointing(model) -> None:
+    """Non-reentrant activation checkpointing on every decoder layer of ``model`` (a PeftModel
+    passes the call on to its base). transformers 5.23 (the pin) names it
+    ``activation_checkpointing_enable`` and warns that ``gradient_checkpointing_enable`` goes in
+    v6; earlier 5.x, the GPU image's 5.17 among them, has only the old name."""
+    kwargs = {"use_reentrant": False}
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def is_full(model) -> bool:
     """Whether a trained model is tuned in full (a plain transformers model, no peft wrapper)."""
     return not hasattr(model, "get_base_model")

@@ -25,6 +25,7 @@ from zoomattn.methods import METHODS, StepBatch
 from zoomattn.methods.loading import build_trainable
 from zoomattn.modeling.loading import (
     MERGED_DIR,
+    enable_activation_checkpointing,
     export_merged,
     is_full,
     load_tokenizer,
@@ -160,7 +161,7 @@ def finetune(
         base_dir, cell["method"], method_cfg, ft["lora"], ft["quantization"], placement
     )
     if ft.get("gradient_checkpointing"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_activation_checkpointing(model)
     trainable = [p for p in model.parameters() if p.requires_grad]
     n_trainable = sum(p.numel() for p in trainable)
     distributed.broadcast_from_main(world, trainable)

@@ -35,6 +35,7 @@ from zoomattn.methods.lkg.kernel import (
     relevance_attention,
 )
 from zoomattn.methods.lkg.model import LkgLayerAttention, LkgState
+from zoomattn.modeling.loading import enable_activation_checkpointing
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 PADDING_ROWS = 3  # row 1 of SEGMENTS is left-padded by 3 in _padding_mask
@@ -342,7 +343,7 @@ def trained(monkeypatch, path, base_tok, tok, batch, checkpointing=False):
     monkeypatch.setattr(kernels, "choose", lambda method, device: path)
     model = attached_lkg(base_tok, tok, fusion_heads="all").train()
     if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_activation_checkpointing(model)
     loss = model(**batch).loss
     loss.backward()
     return model, loss, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}

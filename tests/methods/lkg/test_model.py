@@ -17,7 +17,7 @@ from zoomattn.methods import METHODS, ResolveContext, cells
 from zoomattn.methods.lkg.config import LkgConfig
 from zoomattn.methods.lkg.model import LkgLayerAttention, lkg_module
 from zoomattn.modeling.boundary import add_boundary_tokens, has_boundary_tokens
-from zoomattn.modeling.loading import zoom_state
+from zoomattn.modeling.loading import enable_activation_checkpointing, zoom_state
 
 # --- config -------------------------------------------------------------------------------
 
@@ -254,7 +254,7 @@ def test_gradient_checkpointing_repeats_the_forward_exactly(
         if checkpointing and hooks == "inside_the_checkpoint":
             _checkpointing_the_layers_calls(monkeypatch, model)
         elif checkpointing:
-            model.gradient_checkpointing_enable({"use_reentrant": False})
+            enable_activation_checkpointing(model)
         model(**batch).loss.backward()
         grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys()

@@ -7,7 +7,7 @@ from tests.methods.mudaf.conftest import SELECTED
 from zoomattn.methods import METHODS
 from zoomattn.methods.loading import build_trainable
 from zoomattn.methods.mudaf.objective import ContrastiveObjective
-from zoomattn.modeling.loading import load_base
+from zoomattn.modeling.loading import enable_activation_checkpointing, load_base
 
 
 def test_a_batch_without_usable_records_adds_nothing(tokenizer, records, model):
@@ -56,9 +56,7 @@ def test_gradient_checkpointing_gives_the_same_contrastive_gradient(tokenizer, r
     for checkpointing in (False, True):
         model = load_base(base_dir).train()
         if checkpointing:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
+            enable_activation_checkpointing(model)
         objective.backward(model, tokenizer, records, 0, 0, 2)
         grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys()

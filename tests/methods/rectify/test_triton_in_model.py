@@ -24,6 +24,7 @@ from tests.triton_interpreter import interpreter_or_skip
 from zoomattn.attention import kernels
 from zoomattn.attention.interface import attention_modules
 from zoomattn.methods.rectify import kernel as rectify_kernel
+from zoomattn.modeling.loading import enable_activation_checkpointing
 
 interpreter_or_skip("tests/gpu/test_rectify_triton_on_cuda.py")
 from zoomattn.methods.rectify import triton_kernel  # noqa: E402
@@ -93,9 +94,7 @@ def test_gradient_checkpointing_recomputes_the_fused_kernel_to_the_same_gradient
         for name, p in model.named_parameters():
             p.requires_grad_(".zoom." in name or "lora_" in name)
         if checkpointing:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
+            enable_activation_checkpointing(model)
         labels = ids.masked_fill(mask == 0, -100)
         model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
         return {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
