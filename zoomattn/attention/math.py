@@ -57,9 +57,8 @@ def right_padded_causal(mask: torch.Tensor) -> bool:
     (transformers' mask of a right-padded batch, whose padded rows see every real key): then each
     real row's allowed keys are exactly its causal ones. A comparison over the mask (host syncs);
     any other dtype or shape is not."""
-    if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1:
-        return False
-    if mask.shape[-2] != mask.shape[-1]:
+    square = mask.dim() == 4 and mask.shape[1] == 1 and mask.shape[-2] == mask.shape[-1]
+    if mask.dtype != torch.bool or not square:
         return False
     spans = padding_spans(mask)
     return spans is not None and not bool(spans[:, 0].any())

@@ -25,7 +25,12 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from zoomattn.methods.lkg.kernel import column_log_alpha
-from zoomattn.methods.lkg.rows_apart import allowed_rows, row_chunks, row_probabilities
+from zoomattn.methods.lkg.rows_apart import (
+    allowed_rows,
+    gather_rows,
+    row_chunks,
+    row_probabilities,
+)
 
 
 def with_log_alpha_gradient(
@@ -41,12 +46,6 @@ def with_log_alpha_gradient(
     return _LogAlphaGradient.apply(out, bias, *held, mask, rows, valid, scale)
 
 
-def _guided(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """The rows ``rows`` ``[B, R]`` of ``x`` ``[B, H, L, ...]``."""
-    index = rows.view(*rows.shape[:1], 1, rows.shape[1], *[1] * (x.dim() - 3))
-    return x.gather(2, index.expand(x.shape[0], x.shape[1], rows.shape[1], *x.shape[3:]))
-
-
 def bias_gradient(d_out, out, bias, q, k, v, lse, mask, rows, valid, scale) -> torch.Tensor:
     """∂L/∂b ``[B, S]`` over the guided rows (module docstring), in the bias's dtype (fp32 at
     least). A row of ``rows`` that ``valid`` marks as not guided (a shorter batch row's rows
@@ -55,9 +54,9 @@ def bias_gradient(d_out, out, bias, q, k, v, lse, mask, rows, valid, scale) -> t
     as recomputed, which could overflow to inf, and its output gradient is not read."""
     (b, h, n_q, d), (n_kv, s) = q.shape, k.shape[1:3]
     wide = bias.dtype
-    g = torch.where(valid[:, None, :, None], _guided(d_out, rows).to(wide), 0.0)
-    delta = (g * _guided(out, rows).to(wide)).sum(-1)  # FlashAttention's Δ: rowsum(dO ∘ O)
-    q_rows, lse_rows = _guided(q, rows), _guided(lse, rows)
+    g = torch.where(valid[:, None, :, None], gather_rows(d_out, rows).to(wide), 0.0)
+    delta = (g * gather_rows(out, rows).to(wide)).sum(-1)  # FlashAttention's Δ: rowsum(dO ∘ O)
+    q_rows, lse_rows = gather_rows(q, rows), gather_rows(lse, rows)
     k_f, v_f = k.to(wide), v.to(wide)
     d_bias = torch.zeros_like(bias)
     for part in row_chunks(b, h, rows.shape[1], s, bias.element_size()):
@@ -73,7 +72,8 @@ def bias_gradient(d_out, out, bias, q, k, v, lse, mask, rows, valid, scale) -> t
 
 class _LogAlphaGradient(torch.autograd.Function):
     """The identity on flex's output, whose backward gives the per-column bias its gradient
-    (``bias_gradient``) and hands the output's gradient on to flex unchanged."""
+    (``bias_gradient``) and hands the output's gradient on to flex unchanged. Applied only where
+    log α trains (``flex``), so the bias always needs its gradient."""
 
     @staticmethod
     def forward(ctx, out, bias, q, k, v, lse, mask, rows, valid, scale):
@@ -84,6 +84,4 @@ class _LogAlphaGradient(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, d_out):
-        if not ctx.needs_input_grad[1]:
-            return d_out, *[None] * 9
         return d_out, bias_gradient(d_out, *ctx.saved_tensors, ctx.scale), *[None] * 8

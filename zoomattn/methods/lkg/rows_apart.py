@@ -36,13 +36,18 @@ def guided_rows(query_segments: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return order, valid, least == query_segments.shape[-1]
 
 
+def gather_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """The rows ``rows`` ``[B, R]`` of ``x`` ``[B, H, L, ...]`` (its dim 2): ``[B, H, R, ...]``."""
+    index = rows.view(rows.shape[0], 1, rows.shape[1], *[1] * (x.dim() - 3))
+    return x.gather(2, index.expand(*x.shape[:2], rows.shape[1], *x.shape[3:]))
+
+
 def allowed_rows(mask, rows: torch.Tensor, n_q: int, n_k: int) -> torch.Tensor:
     """``kernel.call_mask``'s rows ``rows`` ``[B, R]``: ``[B, 1, R, S]`` bool."""
     if mask is None:  # causal, queries aligned to the last keys
         last_key = rows + (n_k - n_q)
         return torch.arange(n_k, device=rows.device) <= last_key[:, None, :, None]
-    b, r = rows.shape
-    return mask.expand(b, 1, n_q, n_k).gather(2, rows[:, None, :, None].expand(b, 1, r, n_k))
+    return gather_rows(mask.expand(rows.shape[0], 1, n_q, n_k), rows)
 
 
 def put_rows(out: torch.Tensor, rows_out: torch.Tensor, rows, valid) -> torch.Tensor:
@@ -58,9 +63,9 @@ def guided_rows_attention(q, k, v, mask, scaling, rows, key_segments, log_alpha)
     ``[B, R]`` (QUESTION/TAIL rows: no cross-passage zeros): ``[B, H, R, D]`` in q's dtype,
     computed in fp32 at least. GQA through a view of q (K and V are not repeated). A row the mask
     leaves no key gives 0, as FlexAttention does. Gradients reach q, k, v and log α."""
-    (b, h, n_q, d), r = q.shape, rows.shape[1]
+    n_q, d = q.shape[2:]
     scale = d**-0.5 if scaling is None else scaling
-    q_rows = q.gather(2, rows[:, None, :, None].expand(b, h, r, d))
+    q_rows = gather_rows(q, rows)
     bias = column_log_alpha(key_segments, log_alpha).to(torch.promote_types(q.dtype, torch.float32))
     return _GuidedRows.apply(q_rows, k, v, bias, mask, rows, n_q, scale).to(q.dtype)
 
