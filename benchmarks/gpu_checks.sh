@@ -220,12 +220,15 @@ step rectify_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/rectified_triton.py 
 step opamp_padded 60 $py benchmarks/opamp_triton.py --lengths 8192 --padded 0.25 --repeats 3
 # its two switches (rectification's kernel gained from each on an H200), each in its own process
 # on the same card: under training's 25 % right padding both off, each alone and both on, then
-# under generation's left padding both off and both on
+# under generation's left padding both off and both on; then both on under right padding at the
+# keys-first dK/dV tiles that compute each score's exponentials once but spill (the table's 16×64
+# at 8 warps repeats them in its two warpgroups: triton_static.md)
 os="$py benchmarks/opamp_triton.py --lengths 4096 8192 --padded 0.25 --repeats 3"
-step opamp_switches_ab 240 bash -c "$os --padding-side right \
+both="--padding-side right --padding-spans --kv-keys-as-rows"
+step opamp_switches_ab 320 bash -c "$os --padding-side right \
   && $os --padding-side right --padding-spans && $os --padding-side right --kv-keys-as-rows \
-  && $os --padding-side right --padding-spans --kv-keys-as-rows \
-  && $os && $os --padding-spans --kv-keys-as-rows"
+  && $os $both && $os && $os --padding-spans --kv-keys-as-rows \
+  && $os $both --tiles '{\"kv\": [16, 128, 8, 2]}' && $os $both --tiles '{\"kv\": [16, 64, 4, 2]}'"
 step opamp_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/opamp_triton.py --sweep --lengths 4096 \
   --padded 0.25 --budget-s "${SWEEP_S:-150}" --out "$out/opamp_tiles.json"
 # OpAmp's stacked path with its adapters recomputed in backward (fused.RECOMPUTE_ADAPTERS, off

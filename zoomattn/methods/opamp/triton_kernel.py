@@ -159,9 +159,10 @@ def _tiles(device: torch.device, dtype=torch.bfloat16) -> dict[str, tuple[int, i
     (``benchmarks/opamp_triton.py --sweep``). fp32 inputs, whose products are FMAs, keep that
     first table: at this one they spill 6–12 KiB per thread. With ``KV_KEYS_AS_ROWS`` dK/dV keeps
     its 16×64 tile at 8 warps: compiled for sm_90 the one keys-first candidate without spills,
-    every product a warpgroup MMA, though its loop issues 1.76× the instructions per score
-    (benchmarks/results/triton_static.md). Elsewhere (Triton's interpreter) 16×16, so short test
-    sequences span several tiles."""
+    every product a warpgroup MMA, though its two warpgroups each compute every score's
+    exponentials and its loop issues 1.76× the instructions per score; 128 keys at 8 warps, or
+    64 at 4, spill 152 or 192 bytes (benchmarks/results/triton_static.md). Elsewhere (Triton's
+    interpreter) 16×16, so short test sequences span several tiles."""
     if device.type != "cuda":
         return dict.fromkeys(("forward", "kv", "q", "decode"), (16, 16, 1, 1))
     if dtype == torch.float32:
