@@ -74,13 +74,14 @@ cat "$out/summary.txt"
 
 # LANE_EXTRA: more pytest arguments (the suite passes --collect-only to check every selection)
 lane=("$py" -m pytest -q -p no:cacheprovider -rfE --durations=5 ${LANE_EXTRA:-}) # timeout runs commands, not functions
-# only the gpu lane's tests of the switches (PADDING_SPANS, KV_KEYS_AS_ROWS, RECOMPUTE_ADAPTERS,
-# ROWS_APART; SPLIT_SCORE_GRADIENTS off, rectification at ξ = 10), and whether compiled flex keeps
+# only the gpu lane's tests of the switches (PADDING_SPANS, KV_KEYS_AS_ROWS of rectification's and
+# OpAmp's kernels, RECOMPUTE_ADAPTERS, ROWS_APART; SPLIT_SCORE_GRADIENTS off, rectification at
+# ξ = 10), and whether compiled flex keeps
 # log α's gradient under activation checkpointing (it did on an H200 under the image's torch 2.11,
 # 2026-11-27; the model takes the rows apart there until it passes under the pinned 2.13,
 # flex.APART_UNDER_CHECKPOINTING): what a session short of time runs before the A/B steps, so
 # that a switch that wins is also known correct on the card
-step lane_switches 240 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py \
+step lane_switches 300 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py \
   tests/gpu/test_opamp_fused_on_cuda.py tests/gpu/test_lkg_flex_on_cuda.py \
   -k "key_span or key_rows or replayed or rows_apart or rounded_once or checkpointing or padded_rows_skipped"
 step lane_attention 60 "${lane[@]}" tests/gpu/test_attention_on_cuda.py

@@ -184,6 +184,7 @@ def step_cell(task: dict) -> dict:
     training step (``_train``), then its generation (``_generate``)."""
     from zoomattn.methods import METHODS
     from zoomattn.methods.loading import build_trainable
+    from zoomattn.modeling.loading import enable_activation_checkpointing
     from zoomattn.placement import Placement
 
     torch.manual_seed(0)
@@ -203,7 +204,7 @@ def step_cell(task: dict) -> dict:
         Placement(**task["placement"]),
     )
     if ft.get("gradient_checkpointing"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_activation_checkpointing(model)
     trained = guarded(lambda: _train(task, model, tok, method.objective(cfg)))
     model.zero_grad(set_to_none=True)
     free_memory()

@@ -298,11 +298,12 @@ VARIANTS = [
         for masked in (False, True)
     ],
     # OpAmp's two switches (off until a card times them): the padding as key spans, and dK/dV
-    # keys first at the table's tile (16×64, 8 warps: the one spill-free) and at 128 keys
+    # keys first at the table's tile (16×64, 8 warps: the one spill-free), at 128 keys and at 4
+    # warps (one warpgroup)
     ("opamp", True, {"spans": True}),
     *[
         ("opamp", masked, {"keys_as_rows": True, "kv": kv, "kernels": ["_backward_kv"]})
-        for kv in ((16, 64, 8, 2), (16, 128, 8, 2))
+        for kv in ((16, 64, 8, 2), (16, 128, 8, 2), (16, 64, 4, 2))
         for masked in (False, True)
     ],
     *[(m, True, {"dtype": t}) for m in METHODS for t in (torch.float16, torch.float32)],

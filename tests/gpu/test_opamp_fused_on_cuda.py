@@ -221,7 +221,7 @@ def test_triton_kernel_with_its_switches_matches_the_fp64_formula(
 
     monkeypatch.setattr(triton_kernel, "_sizes", spy_sizes)
     _check_kernel(case, dtype)
-    assert set(kinds) == ({2} if "key_spans" in switches else {1})
+    assert set(kinds) == ({2} if "PADDING_SPANS" in SWITCHES[switches] else {1})
 
 
 def _check_kernel(case, dtype):

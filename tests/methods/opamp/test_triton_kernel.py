@@ -37,6 +37,7 @@ SCENARIOS = {
     "right_padded": (2, 2, 1, N, N, [-N, -13]),  # training's: 11 padded rows see every real key
     "causal_prefill": (1, 2, 1, N, N, None),
     "decoding_step": (1, 2, 1, 1, N, None),
+    "decoding_padded": (2, 2, 1, 1, N, [N, 13]),  # generation's step over a left-padded cache
 }
 
 
@@ -124,19 +125,20 @@ def _assert_kernel_is_formula(inputs, mask, tiles=None):
         torch.testing.assert_close(
             a.double(), b, atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"d{n}: {m}"
         )
-    if mask is not None and not mask[..., 0].all():  # left padding: rows with no key
+    if mask is not None and (~mask.any(-1)).any():  # rows with no key (left-padded prefill)
         empty = ~mask.any(-1)[:, 0]  # [B, L]
-        assert empty.any() and (out.transpose(1, 2)[empty] == 0).all()
+        assert (out.transpose(1, 2)[empty] == 0).all()
         assert (grads[0].transpose(1, 2)[empty] == 0).all()
 
 
 @pytest.mark.parametrize("padding_spans", [True], ids=["padding_spans"], indirect=True)
-@pytest.mark.parametrize("scenario", ["padded", "right_padded"])
+@pytest.mark.parametrize("scenario", ["padded", "right_padded", "decoding_padded"])
 def test_a_padding_mask_reaches_the_kernels_as_key_spans_found_once_per_mask(monkeypatch, scenario):
-    """With PADDING_SPANS, forward and backward get mode 2 (a mask of one row broadcast over the
-    batch included); the spans and the tile ranges are found once while the same mask tensor
-    comes back unedited (a forward's layers), and again after an in-place edit, which here makes
-    it no padding mask (mode 1: its bytes)."""
+    """With PADDING_SPANS, forward and backward get mode 2, for a mask of one batch row
+    broadcast over two rows and then over one, and for the batch's own; the spans are found once
+    per mask tensor and the tile ranges once per mask and batch, while the same tensor comes back
+    unedited (a forward's layers), and again after an in-place edit of the tensor last used,
+    which here makes it no padding mask (mode 1: its bytes)."""
     kinds, examined, found = [], [], []
     sizes, spans, ranges = (
         triton_kernel._sizes,
@@ -154,22 +156,25 @@ def test_a_padding_mask_reaches_the_kernels_as_key_spans_found_once_per_mask(mon
     monkeypatch.setattr(triton_kernel, "tile_ranges", lambda *a: found.append(1) or ranges(*a))
     inputs, mask = _scenario(scenario, torch.float32)
 
-    def layer(one_row_mask):
+    def layer(layer_mask, batch=2):
+        leaves = [t.detach()[:batch].requires_grad_() for t in inputs]
         out, grads = _kernel_contract(
-            inputs, one_row_mask, lambda *t: two_branch_flash(*t, GAINS, one_row_mask)
+            leaves, layer_mask, lambda *t: two_branch_flash(*t, GAINS, layer_mask)
         )
-        want, want_grads = _kernel_contract(inputs, one_row_mask.expand_as(mask), None)
-        ok = one_row_mask.expand_as(mask).any(-1, keepdim=True)
+        full = layer_mask.expand(batch, *mask.shape[1:])
+        want, want_grads = _kernel_contract(leaves, full, None)
+        ok = full.any(-1, keepdim=True)
         torch.testing.assert_close(out.where(ok, 0.0), want.where(ok, 0.0))
         for a, b in zip(_per_branch(grads), _per_branch(want_grads), strict=True):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
-    for one_row_mask in (mask, mask[1:]):  # the batch's mask, then row 1's broadcast over both
-        layer(one_row_mask), layer(one_row_mask)
-    assert kinds == [2] * 8 and len(examined) == 2 and len(found) == 2
-    mask[0, 0, -1, 0] = False  # edited in place: examined again, and no longer padding
+    one_row = mask[1:]
+    for layer_mask, batch in ((one_row, 2), (one_row, 1), (mask, 2)):
+        layer(layer_mask, batch), layer(layer_mask, batch)
+    assert kinds == [2] * 12 and len(examined) == 2 and len(found) == 3
+    mask[0, 0, -1, 5] = False  # edited in place (a hole): examined again, no longer padding
     layer(mask)
-    assert len(examined) == 3 and len(found) == 3 and kinds[-2:] == [1, 1]
+    assert len(examined) == 3 and len(found) == 4 and kinds[-2:] == [1, 1]
 
 
 @pytest.mark.parametrize("scenario", TABLE_SCENARIOS)

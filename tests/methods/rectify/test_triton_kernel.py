@@ -230,7 +230,9 @@ def test_a_padding_mask_reaches_the_kernels_as_key_spans_once_per_mask(monkeypat
     monkeypatch.setattr(triton_kernel, "padding_spans", lambda m: examined.append(1) or spans(m))
     inputs, mask = _scenario(scenario, torch.float32)
     g = Rectifier("max", 3.0)
-    for one_row_mask in (mask, mask[1:]):  # the batch's mask, then row 1's broadcast over both
+    # row 1's mask broadcast over both batch rows, then the batch's own, which the in-place edit
+    # below then changes: the same tensor as the last call's, found anew by its version alone
+    for one_row_mask in (mask[1:], mask):
         for _ in range(2):  # two layers of one forward
             out = fused_rectified_attention(*inputs, g, one_row_mask)
             reference = rectified_attention_materialised(*inputs, g, one_row_mask.expand_as(mask))

@@ -2,7 +2,7 @@
 backward), for CUDA: the ``triton`` path of ``kernel.two_branch_attention``. Opt-in only (no setting
 selects it; ``attention_kernels: fused`` runs the ``stacked`` path): on an H200 at 8192 tokens it
 took 4.11× causal SDPA's time under 25 % left padding, at 1.09× its memory, where the stacked path
-took 4.00× and 3.68× causal (2026-11-27, docs/kernels.md). Written after
+took 4.00× the time at 3.68× the memory, causal (2026-11-27, docs/kernels.md). Written after
 FlashAttention-2 (Dao, 2023) and Triton's fused-attention tutorial, with the rectified kernel's
 conventions (``rectify/triton_kernel.py``); the sharing between the branches follows the idea of
 ``aharbi/triton-diff-attn`` (our own code).
@@ -318,8 +318,8 @@ def _mask_spec(mask, checked, spec: dict) -> None:
     tiles = spec["tiles"]
     ranges_of = f"ranges, batch {checked.shape[0]}, tiles {sorted(tiles.items())}"
     spec["ranges"] = _from_mask.get(ranges_of, (mask,), lambda: tile_ranges(checked, tiles))
-    if PADDING_SPANS:  # one comparison (a host sync) per mask
-        spans = _from_mask.get("spans", (mask,), lambda: padding_spans(checked))
+    if PADDING_SPANS:  # one comparison (a host sync) per mask, over its own batch rows
+        spans = _from_mask.get("spans", (mask,), lambda: padding_spans(mask))
         if spans is not None:  # a mask of one batch row broadcast over the batch
             spec["padding_spans"] = spans.expand(checked.shape[0], 2).contiguous()
 

@@ -44,21 +44,22 @@ class _AdaptedFlash(torch.autograd.Function):
         with torch.no_grad():
             q_stack, k_stack = adapted_stacks(q, k, adapters, gains, block)
         q_stack, k_stack, v, mask, kernel_spec = prepared(q_stack, k_stack, v, gains, mask, scaling)
-        out, (o_branch, lse, mask_bytes, ranges) = flash_forward(
+        # the mask as the kernels read it: its bytes, or its rows' key spans (PADDING_SPANS)
+        out, (o_branch, lse, kernel_mask, ranges) = flash_forward(
             q_stack, k_stack, v, mask, kernel_spec
         )
-        ctx.save_for_backward(q, k, v, o_branch, lse, mask_bytes, *params)
+        ctx.save_for_backward(q, k, v, o_branch, lse, kernel_mask, *params)
         ctx.spec, ctx.kernel_spec, ctx.ranges = spec, kernel_spec, ranges
         return out
 
     @staticmethod
     def backward(ctx, grad):
         first_derivatives_only("OpAmp's triton path")
-        q, k, v, o_branch, lse, mask_bytes, *params = ctx.saved_tensors
+        q, k, v, o_branch, lse, kernel_mask, *params = ctx.saved_tensors
         adapters, gains, _, _, block = ctx.spec
         leaves, stacks = replayed_stacks(ctx.rng, q, k, adapters, gains, block)
         detached = [t.detach().contiguous() for t in stacks]
-        state = (o_branch, lse, mask_bytes, ctx.ranges)
+        state = (o_branch, lse, kernel_mask, ctx.ranges)
         dq_stack, dk_stack, dv = flash_backward(grad, *detached, v, state, ctx.kernel_spec)
         dq, dk, *dparams = adapter_gradients(leaves, stacks, (dq_stack, dk_stack), params)
         return dq, dk, dv if ctx.needs_input_grad[2] else None, None, *dparams
