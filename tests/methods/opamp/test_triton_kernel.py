@@ -132,6 +132,7 @@ def _assert_kernel_is_formula(inputs, mask, tiles=None):
 
 
 @pytest.mark.parametrize("padding_spans", [True], ids=["padding_spans"], indirect=True)
+@pytest.mark.parametrize("kv_keys_as_rows", [False], ids=["kv_queries_as_rows"], indirect=True)
 @pytest.mark.parametrize("scenario", ["padded", "right_padded", "decoding_padded"])
 def test_a_padding_mask_reaches_the_kernels_as_key_spans_found_once_per_mask(monkeypatch, scenario):
     """With PADDING_SPANS, forward and backward get mode 2, for a mask of one batch row
@@ -177,6 +178,13 @@ def test_a_padding_mask_reaches_the_kernels_as_key_spans_found_once_per_mask(mon
     assert len(examined) == 3 and len(found) == 4 and kinds[-2:] == [1, 1]
 
 
+# both switches off (the default) and both on: each alone runs with every test above
+@pytest.mark.parametrize(
+    ("padding_spans", "kv_keys_as_rows"),
+    [(False, False), (True, True)],
+    ids=["mask_bytes-kv_queries_as_rows", "padding_spans-kv_keys_as_rows"],
+    indirect=True,
+)
 @pytest.mark.parametrize("scenario", TABLE_SCENARIOS)
 def test_kernel_at_the_cuda_tile_table_equals_materialised_formula_in_fp32(scenario):
     """At the tiles CUDA takes for bf16 (unequal, up to 128 rows; the decode tile for the step;
