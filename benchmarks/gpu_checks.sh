@@ -85,12 +85,9 @@ step lane_switches 300 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py \
   tests/gpu/test_opamp_fused_on_cuda.py tests/gpu/test_lkg_flex_on_cuda.py \
   -k "key_span or key_rows or replayed or rows_apart or rounded_once or checkpointing or padded_rows_skipped"
 step lane_attention 60 "${lane[@]}" tests/gpu/test_attention_on_cuda.py
-step lane_opamp_fused 90 "${lane[@]}" tests/gpu/test_opamp_fused_on_cuda.py \
-  -k "not key_spans and not key_rows"
-# OpAmp's Triton kernel with the padding as key spans and/or dK/dV as [keys, queries] tiles
-# (triton_kernel.PADDING_SPANS, KV_KEYS_AS_ROWS: off until opamp_switches_ab times them)
-step lane_opamp_switches 120 "${lane[@]}" tests/gpu/test_opamp_fused_on_cuda.py \
-  -k "key_spans or key_rows"
+# with OpAmp's Triton kernel under its two switches (the padding as key spans, dK/dV as [keys,
+# queries] tiles: off until opamp_switches_ab times them), alone and together
+step lane_opamp_fused 180 "${lane[@]}" tests/gpu/test_opamp_fused_on_cuda.py
 step lane_rectify_triton 130 "${lane[@]}" tests/gpu/test_rectify_triton_on_cuda.py
 # LKG-RALM's file, each way of the fused path apart (each compiles its own flex graphs)
 step lane_lkg_flex 150 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py -k "score_mod and not padding_spans"
