@@ -1,7 +1,8 @@
 """benchmarks/gpu_checks.sh, the script a GPU session runs: every gpu lane step's selection of tests
 exists (a file renamed or a ``-k`` that matches nothing would cost a session's minutes and say
-nothing). The steps that select with ``-k`` run through the script's own commands with pytest's
-``--collect-only``; the others name test files, which must exist."""
+nothing). The steps that select with ``-k`` run through the script's own commands, each one's
+pytest arguments then collected (``--collect-only``); the others name test files, which must
+exist."""
 
 import os
 import re
@@ -29,25 +30,40 @@ def test_every_gpu_lane_step_names_test_files_that_exist():
 
 
 def test_every_gpu_lane_step_that_selects_with_k_collects_tests(tmp_path):
+    """The script runs each selecting step as it would on the card, with a recorder for its
+    python: it keeps the arguments pytest would have got (the shell's quoting and all) and fails
+    every other call (so the script's probe finds the project's packages absent, as on the bare
+    image, which none of these steps needs). One process then collects every recorded selection
+    (tests/benchmarks/lane_selections.py), which must select tests."""
     selecting = [name for name, command in _lane_steps().items() if " -k " in command]
     assert "lane_switches" in selecting
+    record = tmp_path / "pytest-arguments.jsonl"
+    recorder = tmp_path / "python"
+    recorder.write_text(
+        '#!/bin/sh\n[ "$1 $2" = "-m pytest" ] || exit 1\nshift 2\n'
+        f"{sys.executable} -I -c 'import json, sys; print(json.dumps(sys.argv[1:]))' \"$@\""
+        f" >> {record}\n"
+    )
+    recorder.chmod(0o755)
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": str(tmp_path),
-        "PYTHON": sys.executable,
+        "PYTHON": str(recorder),
         "STEPS": " ".join(selecting),
-        "LANE_EXTRA": "--collect-only",
-        "ZOOMATTN_GPU_LANE_DEVICE": "cpu",
     }
     subprocess.run(["bash", str(SCRIPT), str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
                    text=True, timeout=600)  # fmt: skip
-    summary = (tmp_path / "summary.txt").read_text()
-    log = (tmp_path / "checks.log").read_text()
-    for step in selecting:
-        assert re.search(rf"^{step} rc=0 ", summary, re.M), (step, summary)
-        section = log.split(f"=== {step} ")[1].split("\n=== ")[0]
-        collected = re.search(r"^(\d+)(?:/\d+)? tests? collected", section, re.M)
-        assert collected and int(collected.group(1)) > 0, (step, section[-2000:])
+    ran = re.findall(r"^(\w+) rc=0 ", (tmp_path / "summary.txt").read_text(), re.M)
+    assert ran == selecting, (tmp_path / "summary.txt").read_text()
+    counts = tmp_path / "selected.txt"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ZOOMATTN_GPU_LANE_DEVICE": "cpu"}
+    done = subprocess.run([sys.executable, str(ROOT / "tests/benchmarks/lane_selections.py"),
+                           str(record), str(counts)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    for step, line in zip(selecting, counts.read_text().splitlines(), strict=True):
+        status, selected = map(int, line.split())
+        assert status == 0 and selected > 0, (step, line, done.stdout[-3000:])
 
 
 def test_every_term_of_a_lane_steps_k_selection_matches_some_test():

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.attention.flex_attention as flex_api
 
+from tests.spies import record_returns
 from zoomattn.config import ROOT
 from zoomattn.methods.lkg import flex
 
@@ -44,12 +45,8 @@ ALONE = (
 @pytest.mark.parametrize(("padded", "side"), [(0.0, "left"), (0.25, "left"), (0.25, "right")])
 def test_every_cuda_variant_steps_and_the_fused_ones_equal_the_bias_path(monkeypatch, padded, side):
     monkeypatch.setattr(flex_api, "_validate_device", lambda *tensors: None)
-    apart, real = [], flex.guided_rows_attention
-    monkeypatch.setattr(flex, "guided_rows_attention", lambda *a: apart.append(1) or real(*a))
-    gradient_apart, real_gradient = [], flex.with_log_alpha_gradient
-    monkeypatch.setattr(
-        flex, "with_log_alpha_gradient", lambda *a: gradient_apart.append(1) or real_gradient(*a)
-    )
+    apart = record_returns(monkeypatch, flex, "guided_rows_attention")
+    gradient_apart = record_returns(monkeypatch, flex, "with_log_alpha_gradient")
     spans, real_spans = [], flex._spans  # (switch, key spans) of every block mask built
 
     def recorded_spans(*args):

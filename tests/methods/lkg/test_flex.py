@@ -22,6 +22,7 @@ from tests.methods.lkg.test_kernel import (
     _padding_mask,
     _qkv,
 )
+from tests.spies import record_returns
 from zoomattn.attention import kernels
 from zoomattn.attention.math import sdpa
 from zoomattn.data.tasks import multihop, single_doc
@@ -327,10 +328,7 @@ def test_the_layer_runs_flex_where_kernels_choose_fused_and_matches_the_referenc
         reference = layer(*qkv, mask, SCALE)  # on the CPU: the reference path
         assert kernels.paths_run() == {"lkg": "reference"}
         monkeypatch.setattr(kernels, "choose", lambda method, device: kernels.FUSED)
-        calls, real = [], flex.flex_fused_heads
-        monkeypatch.setattr(
-            flex, "flex_fused_heads", lambda *a, **kw: calls.append(1) or real(*a, **kw)
-        )
+        calls = record_returns(monkeypatch, flex, "flex_fused_heads")
         fused = layer(*qkv, mask, SCALE)
     assert calls, "the fused path did not run flex"
     torch.testing.assert_close(_rows(fused, True), _rows(reference, True), atol=1e-5, rtol=1e-5)

@@ -12,6 +12,7 @@ from tests.attention.test_tile_ranges import scattered_mask
 from tests.methods.opamp.test_fused import _inputs, _layer, _values_and_grads
 from tests.methods.rectify.test_kernel import right_padding_mask
 from tests.methods.rectify.test_kernel_bf16 import _bf16_errors, _rel
+from tests.spies import record_returns
 from tests.triton_interpreter import interpreter_or_skip, switch_fixture
 from zoomattn.attention import kernels
 from zoomattn.attention.math import attention_probs, repeat_kv, sdpa
@@ -140,21 +141,9 @@ def test_a_padding_mask_reaches_the_kernels_as_key_spans_found_once_per_mask(mon
     per mask tensor and the tile ranges once per mask and batch, while the same tensor comes back
     unedited (a forward's layers), and again after an in-place edit of the tensor last used,
     which here makes it no padding mask (mode 1: its bytes)."""
-    kinds, examined, found = [], [], []
-    sizes, spans, ranges = (
-        triton_kernel._sizes,
-        triton_kernel.padding_spans,
-        triton_kernel.tile_ranges,
-    )
-
-    def spy_sizes(q, v, mask, spec):
-        out = sizes(q, v, mask, spec)
-        kinds.append(out[1]["HAS_MASK"])
-        return out
-
-    monkeypatch.setattr(triton_kernel, "_sizes", spy_sizes)
-    monkeypatch.setattr(triton_kernel, "padding_spans", lambda m: examined.append(1) or spans(m))
-    monkeypatch.setattr(triton_kernel, "tile_ranges", lambda *a: found.append(1) or ranges(*a))
+    sized = record_returns(monkeypatch, triton_kernel, "_sizes")
+    examined = record_returns(monkeypatch, triton_kernel, "padding_spans")
+    found = record_returns(monkeypatch, triton_kernel, "tile_ranges")
     inputs, mask = _scenario(scenario, torch.float32)
 
     def layer(layer_mask, batch=2):
@@ -172,10 +161,12 @@ def test_a_padding_mask_reaches_the_kernels_as_key_spans_found_once_per_mask(mon
     one_row = mask[1:]
     for layer_mask, batch in ((one_row, 2), (one_row, 1), (mask, 2)):
         layer(layer_mask, batch), layer(layer_mask, batch)
+    kinds = [spec["HAS_MASK"] for _, spec in sized]  # the mask's mode in each kernel launch
     assert kinds == [2] * 12 and len(examined) == 2 and len(found) == 3
     mask[0, 0, -1, 5] = False  # edited in place (a hole): examined again, no longer padding
     layer(mask)
-    assert len(examined) == 3 and len(found) == 4 and kinds[-2:] == [1, 1]
+    assert len(examined) == 3 and len(found) == 4
+    assert [spec["HAS_MASK"] for _, spec in sized[-2:]] == [1, 1]
 
 
 # both switches off (the default) and both on: each alone runs with every test above

@@ -9,6 +9,7 @@ import torch
 
 from tests.attention.test_tile_ranges import scattered_mask
 from tests.methods.rectify.test_kernel import _inputs, left_padding_mask, right_padding_mask
+from tests.spies import record_returns
 from tests.triton_interpreter import interpreter_or_skip, switch_fixture
 from zoomattn.attention import kernels
 from zoomattn.methods.rectify import kernel as rectify_kernel
@@ -218,16 +219,8 @@ def test_fused_row_whose_first_tile_allows_nothing_keeps_its_true_maximum():
 def test_a_padding_mask_reaches_the_kernels_as_key_spans_once_per_mask(monkeypatch, scenario):
     """With PADDING_SPANS, forward and backward get mode 2 (a mask of one row broadcast over the
     batch included), and the mask is examined once while the same tensor comes back unedited."""
-    kinds, examined = [], []
-    common, spans = triton_kernel._common, triton_kernel.padding_spans
-
-    def spy_common(q, k, mask, spec):
-        out = common(q, k, mask, spec)
-        kinds.append(out[2]["HAS_MASK"])
-        return out
-
-    monkeypatch.setattr(triton_kernel, "_common", spy_common)
-    monkeypatch.setattr(triton_kernel, "padding_spans", lambda m: examined.append(1) or spans(m))
+    common = record_returns(monkeypatch, triton_kernel, "_common")
+    examined = record_returns(monkeypatch, triton_kernel, "padding_spans")
     inputs, mask = _scenario(scenario, torch.float32)
     g = Rectifier("max", 3.0)
     # row 1's mask broadcast over both batch rows, then the batch's own, which the in-place edit
@@ -239,19 +232,17 @@ def test_a_padding_mask_reaches_the_kernels_as_key_spans_once_per_mask(monkeypat
             ok = one_row_mask.expand_as(mask).any(-1, keepdim=True)
             torch.testing.assert_close(out.where(ok, 0.0), reference.where(ok, 0.0))
             out.sum().backward()
-    assert kinds == [2] * 8 and len(examined) == 2
+    assert [spec["HAS_MASK"] for *_, spec in common] == [2] * 8 and len(examined) == 2
     mask[0, 0, -1, 0] = False  # edited in place: examined again, and no longer padding
     fused_rectified_attention(*inputs, g, mask).sum().backward()
-    assert len(examined) == 3 and kinds[-2:] == [1, 1]
+    assert len(examined) == 3 and [spec["HAS_MASK"] for *_, spec in common[-2:]] == [1, 1]
 
 
 def test_the_tiles_a_mask_leaves_are_found_once_per_mask_and_tile_table(monkeypatch):
     """Every layer of a forward passes the same mask: its tile ranges (a few reductions over the
     [B, L, S] mask) are found by the first and reused, found again after an in-place edit or for
     another tile table, and each call's values are the formula's."""
-    found = []
-    ranges = triton_kernel.tile_ranges
-    monkeypatch.setattr(triton_kernel, "tile_ranges", lambda *a: found.append(1) or ranges(*a))
+    found = record_returns(monkeypatch, triton_kernel, "tile_ranges")
     inputs, mask = _scenario("padded", torch.float32)
     g = Rectifier("max", 3.0)
 
