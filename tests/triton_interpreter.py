@@ -35,6 +35,47 @@ def interpreter_or_skip(cuda_tests: str) -> None:
     squeeze_interpreter_indices()
 
 
+# the two switches OpAmp's and rectification's kernels share, and their cases' names (off, on)
+SPANS = ("mask_bytes", "padding_spans")  # PADDING_SPANS: a padding mask read as key spans
+KEYS = (
+    "kv_queries_as_rows",
+    "kv_keys_as_rows",
+)  # KV_KEYS_AS_ROWS: dK/dV's tiles as [keys, queries]
+
+
+def switches_id(spans: bool, keys: bool) -> str:
+    """A case's name for the two switches, as ``kernel_switches``' fixtures name them."""
+    return f"{SPANS[spans]}-{KEYS[keys]}"
+
+
+def kernel_switches(kernel_module) -> tuple:
+    """For a test module of a kernel with both switches: the autouse fixtures ``padding_spans``
+    and ``kv_keys_as_rows`` (every test with each switch off and on), then the marks that run a
+    test with one of them as ``kernel_module`` ships it only (``one_way``), for a test that no
+    padding mask or no backward reaches, or that is about another part."""
+    return (
+        switch_fixture(kernel_module, "PADDING_SPANS", SPANS),
+        switch_fixture(kernel_module, "KV_KEYS_AS_ROWS", KEYS),
+        one_way(SPANS, kernel_module.PADDING_SPANS),
+        one_way(KEYS, kernel_module.KV_KEYS_AS_ROWS),
+    )
+
+
+def switch_cases(kernel_module, cases: list[tuple], has_padding_mask) -> list:
+    """``pytest.param``s of ``("padding_spans", "kv_keys_as_rows", *case)`` (parametrize those two
+    indirectly): each case with dK/dV's tiles both ways, and with the mask read both ways where
+    ``has_padding_mask(*case)``, else as ``kernel_module`` ships it (no mask to read as spans)."""
+    import pytest
+
+    shipped = (kernel_module.PADDING_SPANS,)
+    return [
+        pytest.param(spans, keys, *case, id="-".join([switches_id(spans, keys), *map(str, case)]))
+        for case in cases
+        for spans in ((False, True) if has_padding_mask(*case) else shipped)
+        for keys in (False, True)
+    ]
+
+
 def switch_fixture(kernel_module, switch: str, ids: tuple[str, str]):
     """An autouse fixture, named ``ids[1]``, that runs every test of the module holding it with
     the kernel module's ``switch`` off and then on (``ids``: the two cases' names); a test picks
@@ -47,3 +88,12 @@ def switch_fixture(kernel_module, switch: str, ids: tuple[str, str]):
         return request.param
 
     return both_ways
+
+
+def one_way(ids: tuple[str, str], value: bool):
+    """A mark running a test with the ``switch_fixture`` of these ``ids`` at ``value`` only: for
+    a test the switch's code cannot reach (no padding mask to read as key spans, no backward to
+    lay out), where both ways would run the same kernels twice, or for one about that value."""
+    import pytest
+
+    return pytest.mark.parametrize(ids[1], [value], ids=[ids[value]], indirect=True)

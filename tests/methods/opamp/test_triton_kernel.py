@@ -13,7 +13,14 @@ from tests.methods.opamp.test_fused import _inputs, _layer, _values_and_grads
 from tests.methods.rectify.test_kernel import right_padding_mask
 from tests.methods.rectify.test_kernel_bf16 import _bf16_errors, _rel
 from tests.spies import record_returns
-from tests.triton_interpreter import interpreter_or_skip, switch_fixture
+from tests.triton_interpreter import (
+    SPANS,
+    interpreter_or_skip,
+    kernel_switches,
+    one_way,
+    switch_cases,
+    switches_id,
+)
 from zoomattn.attention import kernels
 from zoomattn.attention.math import attention_probs, repeat_kv, sdpa
 from zoomattn.methods.opamp import kernel
@@ -23,11 +30,8 @@ from zoomattn.methods.opamp import triton_kernel  # noqa: E402
 from zoomattn.methods.opamp.triton_kernel import two_branch_flash  # noqa: E402
 
 # every test both ways: a padding causal mask as bytes or as each row's span of keys, and dK/dV's
-# tiles as [queries, keys] or as [keys, queries]
-padding_spans = switch_fixture(triton_kernel, "PADDING_SPANS", ("mask_bytes", "padding_spans"))
-kv_keys_as_rows = switch_fixture(
-    triton_kernel, "KV_KEYS_AS_ROWS", ("kv_queries_as_rows", "kv_keys_as_rows")
-)
+# tiles as [queries, keys] or as [keys, queries]; or with one as shipped where it cannot matter
+padding_spans, kv_keys_as_rows, spans_as_shipped, kv_as_shipped = kernel_switches(triton_kernel)
 
 
 N, D = 24, 16  # 16 + 8: two query tiles and two key tiles, the second ragged
@@ -101,12 +105,17 @@ def _per_branch(grads):
     return (*dq.chunk(2, dim=1), *dk.chunk(2, dim=1), dv)
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize(
+    ("padding_spans", "kv_keys_as_rows", "scenario"),
+    switch_cases(triton_kernel, [(s,) for s in SCENARIOS], lambda s: SCENARIOS[s][-1] is not None),
+    indirect=["padding_spans", "kv_keys_as_rows"],
+)
 def test_kernel_equals_materialised_formula_in_fp32_values_and_gradients(scenario):
     """Every row, those with no key included (0 and no gradient through them)."""
     _assert_kernel_is_formula(*_scenario(scenario, torch.float32))
 
 
+@spans_as_shipped  # a mask that is not padding: its bytes either way
 def test_kernel_with_a_scattered_mask_and_empty_tiles_equals_materialised_formula():
     """Tiles the mask rules out are skipped (attention/tile_ranges.py): nothing else changes."""
     inputs, _ = _scenario("padded", torch.float32)
@@ -132,8 +141,8 @@ def _assert_kernel_is_formula(inputs, mask, tiles=None):
         assert (grads[0].transpose(1, 2)[empty] == 0).all()
 
 
-@pytest.mark.parametrize("padding_spans", [True], ids=["padding_spans"], indirect=True)
-@pytest.mark.parametrize("kv_keys_as_rows", [False], ids=["kv_queries_as_rows"], indirect=True)
+@one_way(SPANS, True)
+@kv_as_shipped  # the mask is read as either layout takes it
 @pytest.mark.parametrize("scenario", ["padded", "right_padded", "decoding_padded"])
 def test_a_padding_mask_reaches_the_kernels_as_key_spans_found_once_per_mask(monkeypatch, scenario):
     """With PADDING_SPANS, forward and backward get mode 2, for a mask of one batch row
@@ -169,11 +178,11 @@ def test_a_padding_mask_reaches_the_kernels_as_key_spans_found_once_per_mask(mon
     assert [spec["HAS_MASK"] for _, spec in sized[-2:]] == [1, 1]
 
 
-# both switches off (the default) and both on: each alone runs with every test above
+# both switches off (the default) and both on: each alone runs with every test above it reaches
 @pytest.mark.parametrize(
     ("padding_spans", "kv_keys_as_rows"),
     [(False, False), (True, True)],
-    ids=["mask_bytes-kv_queries_as_rows", "padding_spans-kv_keys_as_rows"],
+    ids=[switches_id(False, False), switches_id(True, True)],
     indirect=True,
 )
 @pytest.mark.parametrize("scenario", TABLE_SCENARIOS)
@@ -185,6 +194,8 @@ def test_kernel_at_the_cuda_tile_table_equals_materialised_formula_in_fp32(scena
     _assert_kernel_is_formula(*_scenario(scenario, torch.float32, TABLE_SCENARIOS), tiles)
 
 
+@spans_as_shipped  # the tiles chosen, no launch
+@kv_as_shipped
 def test_a_call_of_few_queries_runs_the_forward_on_the_decode_tile_and_fp32_its_own_table():
     table = triton_kernel._tiles(torch.device("cuda"))
     for name, forward in (("decoding_step", table["decode"]), ("causal_prefill", table["forward"])):
@@ -196,7 +207,17 @@ def test_a_call_of_few_queries_runs_the_forward_on_the_decode_tile_and_fp32_its_
     assert fp32 == dict.fromkeys(("forward", "kv", "q", "decode"), (32, 32, 8, 2))
 
 
-@pytest.mark.parametrize("cmrr", [1.0, 10.0, 20.0])
+# each K with each switch off and on, and each pair of switches' values (6 cases of the 12)
+BF16_CASES = [(1.0, True, True), (1.0, False, False), (10.0, True, False), (10.0, False, True),
+              (20.0, True, True), (20.0, False, False)]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("cmrr", "padding_spans", "kv_keys_as_rows"),
+    BF16_CASES,
+    ids=[f"{switches_id(spans, keys)}-{cmrr}" for cmrr, spans, keys in BF16_CASES],
+    indirect=["padding_spans", "kv_keys_as_rows"],
+)
 def test_kernel_bf16_is_as_accurate_as_bf16_sdpa_in_values_and_gradients(cmrr):
     """Against the formula in fp64 on the same bf16 inputs, rows with no key left out, as the
     rectified kernel's test measures it: within 1.5× plain bf16 SDPA's error, across the study's
@@ -223,7 +244,15 @@ def test_kernel_bf16_is_as_accurate_as_bf16_sdpa_in_values_and_gradients(cmrr):
     assert grad_error <= 1.5 * sdpa_grad_error, (grad_error, sdpa_grad_error)
 
 
-@pytest.mark.parametrize("case", ["padded_prefill", "decoding_with_dropout"])
+@pytest.mark.parametrize(
+    ("padding_spans", "kv_keys_as_rows", "case"),
+    switch_cases(
+        triton_kernel,
+        [("padded_prefill",), ("decoding_with_dropout",)],
+        lambda case: case == "padded_prefill",
+    ),
+    indirect=["padding_spans", "kv_keys_as_rows"],
+)
 def test_triton_path_equals_the_plain_path_through_adapters_with_parameter_gradients(case):
     """The whole path: batched adapters (dropout's masks drawn as the plain path draws them), the
     kernel, the branch weights applied by fused._Fork/_BranchScale; fp32, 1e-5."""
@@ -245,6 +274,8 @@ def test_triton_path_equals_the_plain_path_through_adapters_with_parameter_gradi
         torch.testing.assert_close(g, w, atol=1e-5 * w.abs().max().item(), rtol=1e-5)
 
 
+@spans_as_shipped  # the kernel never runs
+@kv_as_shipped
 def test_fused_setting_never_selects_the_triton_path(monkeypatch):
     """``attention_kernels: fused`` (kernels.choose says fused) runs the stacked path: SDPA, not
     the Triton kernel, which only ``path="triton"`` runs."""
@@ -261,6 +292,8 @@ def test_fused_setting_never_selects_the_triton_path(monkeypatch):
     assert calls == ["stacked", "triton"]
 
 
+@spans_as_shipped  # refused before a launch
+@kv_as_shipped
 def test_kernel_rejects_float64_mismatched_heads_a_bad_mask_and_missing_adapters_naming_them():
     (q_stack, k_stack, v), mask = _scenario("padded", torch.float32)
     with pytest.raises(ValueError, match="float64"):

@@ -10,7 +10,14 @@ import torch
 from tests.attention.test_tile_ranges import scattered_mask
 from tests.methods.rectify.test_kernel import _inputs, left_padding_mask, right_padding_mask
 from tests.spies import record_returns
-from tests.triton_interpreter import interpreter_or_skip, switch_fixture
+from tests.triton_interpreter import (
+    SPANS,
+    interpreter_or_skip,
+    kernel_switches,
+    one_way,
+    switch_cases,
+    switches_id,
+)
 from zoomattn.attention import kernels
 from zoomattn.methods.rectify import kernel as rectify_kernel
 from zoomattn.methods.rectify.kernel import (
@@ -25,17 +32,8 @@ from zoomattn.methods.rectify import triton_kernel  # noqa: E402
 from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention  # noqa: E402
 
 # every test both ways: a padding causal mask as bytes or as each row's span of keys, and dK/dV's
-# tiles as [queries, keys] or as [keys, queries]
-padding_spans = switch_fixture(triton_kernel, "PADDING_SPANS", ("mask_bytes", "padding_spans"))
-kv_keys_as_rows = switch_fixture(
-    triton_kernel, "KV_KEYS_AS_ROWS", ("kv_queries_as_rows", "kv_keys_as_rows")
-)
-
-
-def switches_id(spans: bool, keys: bool) -> str:
-    """A case's name for the two switches, as the fixtures above name them."""
-    rows = "keys" if keys else "queries"
-    return f"{'padding_spans' if spans else 'mask_bytes'}-kv_{rows}_as_rows"
+# tiles as [queries, keys] or as [keys, queries]; or with one as shipped where it cannot matter
+padding_spans, kv_keys_as_rows, spans_as_shipped, kv_as_shipped = kernel_switches(triton_kernel)
 
 
 def switches_pairwise(name: str, values: tuple) -> pytest.MarkDecorator:
@@ -95,21 +93,32 @@ def _assert_fused_is_materialised(g, inputs, mask, causal=None, reference_mask=N
 
 
 # every g with padding (g's code in the kernel), every scenario with the method's g (the masking,
-# causal and decoding code): the pairs that reach each part of the kernel
-FP32_CASES = [(g, "padded") for g in G_VARIANTS] + [("max", s) for s in SCENARIOS if s != "padded"]
+# causal and decoding code): the pairs that reach each part of the kernel; each under both dK/dV
+# layouts, and under both readings of the mask where it has one
+FP32_CASES = switch_cases(
+    triton_kernel,
+    [(g, "padded") for g in G_VARIANTS] + [("max", s) for s in SCENARIOS if s != "padded"],
+    lambda name, scenario: SCENARIOS[scenario][-1] is not None,
+)
 
 
-@pytest.mark.parametrize(("name", "scenario"), FP32_CASES)
+@pytest.mark.parametrize(
+    ("padding_spans", "kv_keys_as_rows", "name", "scenario"),
+    FP32_CASES,
+    indirect=["padding_spans", "kv_keys_as_rows"],
+)
 def test_fused_equals_materialised_in_fp32_values_and_gradients(name, scenario):
     inputs, mask = _scenario(scenario, torch.float32)
     _assert_fused_is_materialised(Rectifier(name, 3.0), inputs, mask)
 
 
+@spans_as_shipped  # no mask
 def test_fused_identity_g_at_xi_zero_equals_materialised():
     inputs, mask = _scenario("causal_prefill", torch.float32)
     _assert_fused_is_materialised(Rectifier("max", 0.0), inputs, mask)
 
 
+@spans_as_shipped  # no mask
 def test_fused_causal_queries_over_a_longer_cache_are_offset_by_s_minus_l():
     """causal=True with L < S (chunked prefill over a cache): query i sees keys ≤ i + S − L."""
     inputs = _inputs(1, 2, 1, 8, N, d=16, dtype=torch.float32)
@@ -117,6 +126,7 @@ def test_fused_causal_queries_over_a_longer_cache_are_offset_by_s_minus_l():
     _assert_fused_is_materialised(Rectifier("max", 3.0), inputs, None, True, offset_causal)
 
 
+@kv_as_shipped  # no backward
 @pytest.mark.parametrize("fused_decoding", [True, False])
 def test_rectified_attention_runs_the_fused_kernel_where_dispatch_says_fused(
     fused_decoding, on_cuda_under_fused, monkeypatch
@@ -139,6 +149,7 @@ def test_rectified_attention_runs_the_fused_kernel_where_dispatch_says_fused(
         assert kernels.paths_run() == {"rectify": "fused+reference (decoding)"}
 
 
+@kv_as_shipped  # no backward
 @pytest.mark.parametrize("name", ["max", "sigmoid"])
 def test_a_xi_beyond_the_kernels_largest_is_declined_by_the_dispatch_and_refused_by_the_kernel(
     name, on_cuda_under_fused
@@ -164,6 +175,8 @@ def test_a_xi_beyond_the_kernels_largest_is_declined_by_the_dispatch_and_refused
     assert on_cuda_under_fused == [(N, True), (N, True)]
 
 
+@spans_as_shipped  # the kernel never runs
+@kv_as_shipped
 def test_fused_setting_keeps_the_blockwise_path_on_the_cpu():
     (q, u, k, v), mask = _scenario("padded", torch.float32)
     g = Rectifier("max", 3.0)
@@ -175,6 +188,8 @@ def test_fused_setting_keeps_the_blockwise_path_on_the_cpu():
     assert torch.equal(out, blockwise)
 
 
+@spans_as_shipped  # refused before a launch
+@kv_as_shipped
 def test_fused_rejects_float64_a_mask_of_the_wrong_shape_and_head_dim_over_128_naming_them():
     (q, u, k, v), mask = _scenario("padded", torch.float32)
     g = Rectifier("max", 3.0)
@@ -189,11 +204,14 @@ def test_fused_rejects_float64_a_mask_of_the_wrong_shape_and_head_dim_over_128_n
         fused_rectified_attention(*wide, g)
 
 
+@spans_as_shipped  # a mask that is not padding: its bytes either way
 def test_fused_with_a_scattered_mask_and_empty_tiles_equals_materialised():
     inputs = _inputs(2, 2, 1, N, N, d=16, dtype=torch.float32)
     _assert_fused_is_materialised(Rectifier("max", 3.0), inputs, scattered_mask(N, N))
 
 
+@spans_as_shipped  # not padding
+@kv_as_shipped  # no backward
 def test_fused_row_whose_first_tile_allows_nothing_keeps_its_true_maximum():
     """Row 1 allows only key 20, in the second key tile its query tile visits (row 0 allows key
     0), and every score is −150: its running maximum must come from that tile, not from the
@@ -214,7 +232,8 @@ def test_fused_row_whose_first_tile_allows_nothing_keeps_its_true_maximum():
     torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("padding_spans", [True], ids=["padding_spans"], indirect=True)
+@one_way(SPANS, True)
+@kv_as_shipped  # the mask is read as either layout takes it
 @pytest.mark.parametrize("scenario", ["padded", "right_padded"])
 def test_a_padding_mask_reaches_the_kernels_as_key_spans_once_per_mask(monkeypatch, scenario):
     """With PADDING_SPANS, forward and backward get mode 2 (a mask of one row broadcast over the
@@ -238,6 +257,7 @@ def test_a_padding_mask_reaches_the_kernels_as_key_spans_once_per_mask(monkeypat
     assert len(examined) == 3 and [spec["HAS_MASK"] for *_, spec in common[-2:]] == [1, 1]
 
 
+@kv_as_shipped  # the ranges are found as either layout takes them
 def test_the_tiles_a_mask_leaves_are_found_once_per_mask_and_tile_table(monkeypatch):
     """Every layer of a forward passes the same mask: its tile ranges (a few reductions over the
     [B, L, S] mask) are found by the first and reused, found again after an in-place edit or for

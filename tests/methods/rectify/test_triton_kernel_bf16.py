@@ -11,11 +11,12 @@ from tests.methods.rectify.test_kernel_bf16 import _bf16_errors, _rel
 from tests.methods.rectify.test_triton_kernel import (  # noqa: F401 (autouse fixtures)
     _scenario,
     _values_and_grads,
+    kv_as_shipped,
     kv_keys_as_rows,
     padding_spans,
-    switches_id,
+    spans_as_shipped,
 )
-from tests.triton_interpreter import interpreter_or_skip
+from tests.triton_interpreter import interpreter_or_skip, switches_id
 from zoomattn.attention.math import sdpa
 from zoomattn.methods.rectify.kernel import (
     G_VARIANTS,
@@ -96,6 +97,8 @@ def _assert_as_accurate_as_sdpa(name, xi, dtype):
     assert grad_error <= 1.5 * sdpa_grad_error, (grad_error, sdpa_grad_error)
 
 
+@spans_as_shipped  # about the forward's stores, which neither switch changes
+@kv_as_shipped
 def test_the_outputs_rounding_error_is_stored_only_where_a_backward_will_take_delta(monkeypatch):
     """The forward's second store (RESIDUAL: the bf16 output's rounding error, kept for the
     backward's Δ, |O| more memory): under autograd in bf16; not without a gradient to compute,

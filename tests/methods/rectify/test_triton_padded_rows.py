@@ -16,6 +16,7 @@ from tests.methods.rectify.test_model import (
 from tests.methods.rectify.test_triton_kernel import (  # noqa: F401 (fixtures)
     _assert_fused_is_materialised,
     _scenario,
+    kv_as_shipped,
     kv_keys_as_rows,
     padding_spans,
 )
@@ -54,6 +55,7 @@ def test_padded_rows_skipped_equal_the_formula_with_those_rows_empty(monkeypatch
     assert start >= end
 
 
+@kv_as_shipped  # the test above holds both layouts: here each run is a model in the interpreter
 @pytest.mark.usefixtures("on_cuda_under_fused")
 def test_a_fine_tune_step_skipping_padded_rows_has_the_reference_loss_and_gradients(
     base_dir, monkeypatch
