@@ -116,9 +116,9 @@ def decode(n: int, args) -> dict:
     """One decoding step as generation runs it: a batch of ``args.decode`` single queries over n
     cached keys (under the last row of the ``--padded`` mask, the same for every batch row),
     forward only, without gradients; each variant's median time over ``--repeats`` rounds of
-    20 steps, variant after variant. The fused kernel runs its forward on the table's ``decode``
-    tile here, as the dispatch sends decoding (``kernel.FUSED_DECODING``, on since this showed
-    the kernel winning on an H200)."""
+    20 steps (2 with ``--smoke``), variant after variant. The fused kernel runs its forward on
+    the table's ``decode`` tile here, as the dispatch sends decoding (``kernel.FUSED_DECODING``,
+    on since this showed the kernel winning on an H200)."""
     from zoomattn.attention.math import sdpa
     from zoomattn.methods.rectify.kernel import Rectifier, rectified_attention
     from zoomattn.methods.rectify.triton_kernel import fused_rectified_attention
@@ -136,7 +136,8 @@ def decode(n: int, args) -> dict:
     }
     with torch.no_grad():
         error = _fused_vs_blockwise(forward, mask)
-        ms = {name: _median_ms(lambda f=f: [f() for _ in range(20)], args.repeats) / 20
+        steps = 2 if args.smoke else 20
+        ms = {name: _median_ms(lambda f=f: [f() for _ in range(steps)], args.repeats) / steps
               for name, f in forward.items()}  # fmt: skip
     return {"n": n, "batch": b, "fused_vs_blockwise_rel_error": error,
             **{f"{name}_decode_ms": t for name, t in ms.items()},
