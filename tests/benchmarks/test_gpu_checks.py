@@ -6,6 +6,7 @@ exist."""
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -41,8 +42,8 @@ def test_every_gpu_lane_step_that_selects_with_k_collects_tests(tmp_path):
     recorder = tmp_path / "python"
     recorder.write_text(
         '#!/bin/sh\n[ "$1 $2" = "-m pytest" ] || exit 1\nshift 2\n'
-        f"{sys.executable} -I -c 'import json, sys; print(json.dumps(sys.argv[1:]))' \"$@\""
-        f" >> {record}\n"
+        f"{shlex.quote(sys.executable)} -I -c 'import json, sys; print(json.dumps(sys.argv[1:]))'"
+        f' "$@" >> {shlex.quote(str(record))}\n'
     )
     recorder.chmod(0o755)
     env = {

@@ -42,10 +42,16 @@ def test_the_recorder_puts_the_kernels_and_the_input_check_back_even_after_an_er
     assert {n: getattr(triton_kernel, n) for n in before} == before
 
 
-COMPILE = """
+# the kernels the suite compiles for sm_90, in processes that run at once (with TRITONS_SPECIAL:
+# ~35 compiles, ~30 s in one process on 2 cores)
+_TILES = """
 import json, triton_static
 tiles = {"forward": (64, 32, 4, 2), "kv": (16, 32, 4, 2), "q": (32, 16, 4, 2),
          "decode": (16, 64, 4, 2)}
+"""
+COMPILE_TABLES = (
+    _TILES
+    + """
 rows = [r for m in ("rectify", "opamp") for r in triton_static.static_rows(m, 256, True, tiles)]
 forward = triton_static.rectify_launches(256, False, tiles)[0]
 compiled = triton_static.compile_for_sm90(forward)
@@ -54,6 +60,21 @@ variants = [r for g in ("tanh", "tanh_plus_x", "sigmoid")
 variants += [r for m in ("rectify", "opamp")
              for r in triton_static.static_rows(m, 256, True, tiles, ["_forward"], queries=1)]
 step = triton_static.rectify_launches(256, True, tiles, queries=1)[0]
+opamp_switches = triton_static.static_rows("opamp", 256, True, tiles, spans=True)
+opamp_switches += triton_static.static_rows("opamp", 256, True, None, ["_backward_kv"],
+                                            keys_as_rows=True)
+opamp_switches += triton_static.static_rows("opamp", 256, True, None, ["_backward_kv"],
+                                            keys_as_rows=False)
+print(json.dumps({"rows": rows, "arch": compiled.metadata.target.arch,
+                  "opamp_switches": opamp_switches,
+                  "upcast": forward.kwargs["UPCAST"], "signature": compiled.src.signature,
+                  "variants": variants,
+                  "step": triton_static.specialised(step)[0].signature}))
+"""
+)
+COMPILE_SWITCHES = (
+    _TILES
+    + """
 keys_as_rows = triton_static.static_rows("rectify", 256, True, tiles, ["_backward_kv"],
                                          keys_as_rows=True, kv=(16, 64, 4, 2))
 queries_first = triton_static.static_rows("rectify", 256, True, tiles, ["_backward_kv"],
@@ -66,39 +87,43 @@ spans_modes = [launch.kwargs["HAS_MASK"]
                for skip in (False, True)
                for launch in triton_static.rectify_launches(256, True, tiles, spans=True,
                                                             skip_padded_rows=skip)]
-opamp_switches = triton_static.static_rows("opamp", 256, True, tiles, spans=True)
-opamp_switches += triton_static.static_rows("opamp", 256, True, None, ["_backward_kv"],
-                                            keys_as_rows=True)
-opamp_switches += triton_static.static_rows("opamp", 256, True, None, ["_backward_kv"],
-                                            keys_as_rows=False)
 spans_modes += [launch.kwargs["HAS_MASK"]
                 for launch in triton_static.opamp_launches(256, True, tiles, spans=True)]
-print(json.dumps({"rows": rows, "keys_as_rows": keys_as_rows, "queries_first": queries_first,
-                  "default_kv": default_kv, "arch": compiled.metadata.target.arch,
-                  "switches": switches, "spans_modes": spans_modes,
-                  "opamp_switches": opamp_switches,
-                  "upcast": forward.kwargs["UPCAST"], "signature": compiled.src.signature,
-                  "variants": variants,
-                  "step": triton_static.specialised(step)[0].signature}))
+print(json.dumps({"keys_as_rows": keys_as_rows, "queries_first": queries_first,
+                  "default_kv": default_kv, "switches": switches, "spans_modes": spans_modes}))
 """
+)
 
 
-def _in_own_process(script: str, tmp_path_factory) -> dict:
-    """The last line of ``script``'s output, run in a process of its own: the suite runs Triton's
-    interpreter, whose kernels do not compile (and which ran OpAmp's backward kernels that
-    failed to compile for any GPU unless BLOCK_M = BLOCK_N)."""
+def _in_own_processes(scripts: list[str], tmp_path_factory) -> list[dict]:
+    """The last line of each script's output (a JSON object), each script run in a process of
+    its own, all at once: the suite runs Triton's interpreter, whose kernels do not
+    compile (and which ran OpAmp's backward kernels that failed to compile for any GPU unless
+    BLOCK_M = BLOCK_N)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = f"{ROOT / 'benchmarks'}{os.pathsep}{ROOT}"
-    env["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton"))  # no earlier run's kernels
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    running = []
+    for script in scripts:  # each with its own empty cache: no earlier run's kernels
+        env["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton"))
+        running.append(subprocess.Popen([sys.executable, "-c", script], env=dict(env),
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True))  # fmt: skip
+    results = []
+    for process in running:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
 
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    return _in_own_process(COMPILE, tmp_path_factory)
+    """Every row the module's tests read; ``special_rows``: the table's kernels compiled with
+    ``--tritons-special`` (TRITONS_SPECIAL, below)."""
+    tables, switches, special = _in_own_processes(
+        [COMPILE_TABLES, COMPILE_SWITCHES, TRITONS_SPECIAL], tmp_path_factory
+    )
+    return {**tables, **switches, "special_rows": special["rows"]}
 
 
 def _assert_compiled(row):
@@ -232,13 +257,11 @@ print(json.dumps({"rows": rows}))
 """
 
 
-def test_the_benchmarks_tritons_special_puts_the_old_functions_back_in_every_kernel(
-    tmp_path_factory, compiled
-):
+def test_the_benchmarks_tritons_special_puts_the_old_functions_back_in_every_kernel(compiled):
     """``--tritons-special`` (benchmarks/triton_special.py), the A/B a GPU session times: compiled
     with it, every kernel has the subnormal checks of Triton's own tl.exp and division again, and
     more instructions than with the .ftz functions."""
-    before = _in_own_process(TRITONS_SPECIAL, tmp_path_factory)["rows"]
+    before = compiled["special_rows"]
     assert [(r["method"], r["kernel"]) for r in before] == [
         (r["method"], r["kernel"]) for r in compiled["rows"]
     ]

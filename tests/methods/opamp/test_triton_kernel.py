@@ -2,7 +2,8 @@
 and gradients of Q₀, Q₁, K₀, K₁ and V, and its ``triton`` path against the ``plain`` path through
 real adapters: on the CPU through Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1
 where CUDA is absent), tiny shapes with 16×16 tiles so that every sequence spans several tiles,
-one of them ragged; every test with each of the kernel's two switches off and on."""
+one of them ragged; every test with each of the kernel's two switches off and on, where the
+switch can change what runs (``tests.triton_interpreter.kernel_switches``)."""
 
 import pytest
 import torch

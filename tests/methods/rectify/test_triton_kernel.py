@@ -77,10 +77,10 @@ def _values_and_grads(fn, inputs):
     return out, torch.autograd.grad((out * weight).sum(), inputs)
 
 
-def _assert_fused_is_materialised(g, inputs, mask, causal=None, reference_mask=None):
+def _assert_fused_is_materialised(g, inputs, mask, causal=None, reference_mask=None, tiles=None):
     """fp32 values and gradients, every row (padding rows too: both give them 0)."""
     fused = _values_and_grads(
-        lambda *t: fused_rectified_attention(*t, g, mask, causal=causal), inputs
+        lambda *t: fused_rectified_attention(*t, g, mask, causal=causal, tiles=tiles), inputs
     )
     reference_mask = mask if reference_mask is None else reference_mask
     reference = _values_and_grads(
@@ -110,6 +110,15 @@ FP32_CASES = switch_cases(
 def test_fused_equals_materialised_in_fp32_values_and_gradients(name, scenario):
     inputs, mask = _scenario(scenario, torch.float32)
     _assert_fused_is_materialised(Rectifier(name, 3.0), inputs, mask)
+
+
+@spans_as_shipped  # the layouts are the subject
+def test_fused_at_an_unequal_dk_dv_tile_equals_materialised_in_fp32():
+    """dK/dV at 16 queries × 32 keys (the CUDA table's tile with KV_KEYS_AS_ROWS off), where the
+    other tests run 16 × 16: each layout's values and gradients."""
+    inputs, mask = _scenario("padded", torch.float32)
+    tiles = {**triton_kernel._tiles(16, torch.device("cpu")), "kv": (16, 32, 1, 1)}
+    _assert_fused_is_materialised(Rectifier("max", 3.0), inputs, mask, tiles=tiles)
 
 
 @spans_as_shipped  # no mask
