@@ -196,18 +196,25 @@ def test_every_other_steps_benchmark_imports_on_the_bare_image(tmp_path):
     build = "import sys; sys.path.insert(0, 'benchmarks'); import relevance_fusion_cuda as r; "
     build += "r.steps(n=64, heads=32, kv_heads=8, head_dim=16, passage=16, device='cpu')"
 
-    def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*bare_image.RUN, *args], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=300)  # fmt: skip
-
-    for script in sorted(scripts):
-        done = run(f"benchmarks/{script}.py", "--help")
-        assert done.returncode == 0, (script, done.stderr[-2000:])
-    done = run("-c", build)
-    assert done.returncode == 0, done.stderr[-2000:]
-    for command in (
+    helps = [[f"benchmarks/{script}.py", "--help"] for script in sorted(scripts)]
+    refused = [
         ["benchmarks/distributed_overhead.py", "--smoke", "--out", str(tmp_path)],
         ["benchmarks/gpu_paper.py", "--smoke", "--attention-only", "--out", str(tmp_path)],
-    ):
-        done = run(*command)
-        assert "not on the bare image" in done.stderr, command  # why NEEDS_INSTALL holds it
+    ]
+    checked = [*helps, ["-c", build]]
+    running = [  # all at once: each a process of its own, mostly its imports
+        subprocess.Popen(
+            [*bare_image.RUN, *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for args in [*checked, *refused]
+    ]
+    done = [(process.communicate(timeout=300)[1], process.returncode) for process in running]
+    for command, (stderr, status) in zip(checked, done[: len(checked)], strict=True):
+        assert status == 0, (command, stderr[-2000:])
+    for command, (stderr, _) in zip(refused, done[len(checked) :], strict=True):
+        assert "not on the bare image" in stderr, command  # why NEEDS_INSTALL holds it
