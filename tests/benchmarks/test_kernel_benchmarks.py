@@ -7,31 +7,78 @@ import importlib
 import json
 import os
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from tests import bare_image
 from zoomattn.config import ROOT
 
+OPAMP_MODES = [
+    [],
+    ["--padding-spans", "--kv-keys-as-rows", "--padding-side", "right", "--tritons-special"],
+]
+# each switch both ways and each flag once, in seven runs of ~3 s
+RECTIFICATION_MODES = [
+    ([], "fused_time_vs_sdpa"), (["--decode", "2"], "fused_decode_vs_blockwise"),
+    (["--profile"], "forward_fused_vs_sdpa"),
+    (["--libdevice-log", "--no-padding-spans", "--no-kv-keys-as-rows"], "fused_time_vs_sdpa"),
+    (["--no-padding-spans", "--padding-side", "right"], "fused_time_vs_sdpa"),
+    (["--padding-spans", "--padding-side", "right", "--tritons-special"], "fused_time_vs_sdpa"),
+    (["--padding-side", "right", "--kv-keys-as-rows", "--skip-padded-rows",
+      "--tiles", '{"kv": [16, 32, 1, 1]}'], "fused_time_vs_sdpa"),
+]  # fmt: skip
+SWEEP_LAYOUTS = {True: "--kv-keys-as-rows", False: "--no-kv-keys-as-rows"}
 
-def _smoke(script: str, *args: str) -> list[dict]:
-    """The script's JSON lines, run as on the GPU machine's bare image (tests/bare_image.py: a
-    new import of a package only the project installs fails here, as it would fail there)."""
+
+def _smoke_runs(sweeps: Path) -> list[tuple[str, ...]]:
+    """Every run of a benchmark's --smoke mode that the tests below read (the sweeps write their
+    results under ``sweeps``)."""
+    return [
+        *[("rectified_triton.py", "--padded", "0.25", *mode) for mode, _ in RECTIFICATION_MODES],
+        *[("rectified_triton.py", "--sweep", flag, "--budget-s", "0",
+           "--out", str(sweeps / f"{flag}.json")) for flag in SWEEP_LAYOUTS.values()],
+        *[("opamp_triton.py", "--padded", "0.25", *mode) for mode in OPAMP_MODES],
+        ("opamp_stacked.py", "--padded", "0.25"),
+        ("opamp_stacked.py", "--profile", "--padded", "0.25"),
+        ("plain_padding.py",),
+    ]  # fmt: skip
+
+
+def _run(command: tuple[str, ...]) -> subprocess.CompletedProcess:
+    """A benchmark's --smoke run as on the GPU machine's bare image (tests/bare_image.py: a new
+    import of a package only the project installs fails here, as it would fail there)."""
+    script, *args = command
     cmd = [*bare_image.RUN, f"benchmarks/{script}", "--smoke", *args]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's zoomattn
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize(
-    "mode",
-    [[], ["--padding-spans", "--kv-keys-as-rows", "--padding-side", "right", "--tritons-special"]],
-)  # fmt: skip
-def test_opamp_benchmark_times_the_kernel_beside_the_stacked_call_and_agrees_with_it(mode):
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """``smoke(script, *args)``: that run's JSON lines; ``smoke.sweeps``: where the sweeps wrote.
+    Every run of ``_smoke_runs`` starts with the module's first test that asks, two at a time
+    (each takes about one core: Triton's interpreter is Python; 70 s in series), so a test waits
+    for its own; one test picked with -k still starts them all."""
+    sweeps = tmp_path_factory.mktemp("sweeps")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = {command: pool.submit(_run, command) for command in _smoke_runs(sweeps)}
+
+        def lines(script: str, *args: str) -> list[dict]:
+            done = runs[(script, *args)].result()
+            assert done.returncode == 0, done.stderr[-4000:]
+            return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+        lines.sweeps = sweeps
+        yield lines
+
+
+@pytest.mark.parametrize("mode", OPAMP_MODES)
+def test_opamp_benchmark_times_the_kernel_beside_the_stacked_call_and_agrees_with_it(smoke, mode):
     """In each mode, the summary naming the switches as they ran (both off unless the flags set
     them: the kernel module's defaults)."""
-    row, summary = _smoke("opamp_triton.py", "--padded", "0.25", *mode)
+    row, summary = smoke("opamp_triton.py", "--padded", "0.25", *mode)
     assert row["n"] == 40 and row["triton_vs_stacked_rel_error"] < 2e-2  # bf16 outputs
     assert {"sdpa_ms", "stacked_ms", "triton_ms", "triton_time_vs_sdpa"} <= set(row)
     assert "padded=0.25" in summary["shape"] and summary["40"]["triton_time_vs_sdpa"] > 0
@@ -41,8 +88,8 @@ def test_opamp_benchmark_times_the_kernel_beside_the_stacked_call_and_agrees_wit
     assert f"({'right' if on else 'left'}), {switches}" in summary["shape"]
 
 
-def test_opamp_stacked_benchmark_times_both_ways_and_counts_less_kept_with_adapters_replayed():
-    row, summary = _smoke("opamp_stacked.py", "--padded", "0.25")
+def test_opamp_stacked_benchmark_times_both_ways_and_counts_less_kept_with_adapters_replayed(smoke):
+    row, summary = smoke("opamp_stacked.py", "--padded", "0.25")
     assert row["n"] == 40 and summary["device"].startswith("cpu")
     assert "padded=0.25" in summary["shape"]
     assert {"sdpa_ms", "stacked_ms", "stacked_replayed_ms", "stacked_time_vs_sdpa"} <= set(row)
@@ -50,10 +97,10 @@ def test_opamp_stacked_benchmark_times_both_ways_and_counts_less_kept_with_adapt
     assert summary["40"]["stacked_replayed_kept_vs_sdpa"] > 1
 
 
-def test_opamp_stacked_profile_splits_each_steps_kernel_time_by_kind():
+def test_opamp_stacked_profile_splits_each_steps_kernel_time_by_kind(smoke):
     """Each step's kernel time is the sum of its kinds; plain SDPA runs no matrix product, the
     stacked path its adapters' (the CPU's ops: the mechanics, not a measurement)."""
-    row, summary = _smoke("opamp_stacked.py", "--profile", "--padded", "0.25")
+    row, summary = smoke("opamp_stacked.py", "--profile", "--padded", "0.25")
     for variant in ("sdpa", "stacked"):
         kinds = row[f"{variant}_by_kind_ms"]
         assert set(kinds) == {"attention", "matmul", "other"} and kinds["attention"] > 0
@@ -80,8 +127,8 @@ def test_a_kernel_is_of_the_kind_its_name_says(name, kind, monkeypatch):
     assert importlib.import_module("opamp_stacked").kind(name) == kind
 
 
-def test_plain_padding_benchmark_times_each_variant_and_records_the_paths_that_ran():
-    row, summary = _smoke("plain_padding.py")
+def test_plain_padding_benchmark_times_each_variant_and_records_the_paths_that_ran(smoke):
+    row, summary = smoke("plain_padding.py")
     assert row["n"] == 48 and "right padding 0.25" in summary["shape"]
     variants = ("masked", "as_causal", "opamp_masked", "opamp_as_causal", "lkg_as_causal")
     assert all(row[f"{v}_time_vs_causal"] > 0 for v in variants) and row["detect_ms"] > 0
@@ -89,23 +136,13 @@ def test_plain_padding_benchmark_times_each_variant_and_records_the_paths_that_r
     assert row["paths"]["as_causal"] == {"plain": "reference"} and row["paths"]["masked"] == {}
 
 
-# each switch both ways and each flag once, in seven runs of ~3 s
-@pytest.mark.parametrize(
-    ("mode", "key"),
-    [([], "fused_time_vs_sdpa"), (["--decode", "2"], "fused_decode_vs_blockwise"),
-     (["--profile"], "forward_fused_vs_sdpa"),
-     (["--libdevice-log", "--no-padding-spans", "--no-kv-keys-as-rows"], "fused_time_vs_sdpa"),
-     (["--no-padding-spans", "--padding-side", "right"], "fused_time_vs_sdpa"),
-     (["--padding-spans", "--padding-side", "right", "--tritons-special"], "fused_time_vs_sdpa"),
-     (["--padding-side", "right", "--kv-keys-as-rows", "--skip-padded-rows",
-       "--tiles", '{"kv": [16, 32, 1, 1]}'], "fused_time_vs_sdpa")],
-)  # fmt: skip
-def test_rectification_benchmark_runs_each_mode_and_summarises_its_ratios(mode, key):
+@pytest.mark.parametrize(("mode", "key"), RECTIFICATION_MODES)
+def test_rectification_benchmark_runs_each_mode_and_summarises_its_ratios(smoke, mode, key):
     """Each mode runs, and the summary names the switches as they ran: as the flags set them,
     else as the kernel module has them."""
     from zoomattn.methods.rectify import triton_kernel
 
-    *rows, summary = _smoke("rectified_triton.py", "--padded", "0.25", *mode)
+    *rows, summary = smoke("rectified_triton.py", "--padded", "0.25", *mode)
     assert [r["n"] for r in rows] == [40] and summary["40"][key] > 0
     if "--profile" not in mode:  # bf16, on the rows the kernel computes
         assert rows[0]["fused_vs_blockwise_rel_error"] < 2e-2
@@ -126,14 +163,14 @@ def test_rectification_benchmark_runs_each_mode_and_summarises_its_ratios(mode, 
 
 @pytest.mark.parametrize("keys_as_rows", [True, False])
 def test_a_sweep_out_of_time_keeps_the_table_and_lists_every_candidate_of_its_layout_untried(
-    tmp_path, keys_as_rows
+    smoke, keys_as_rows
 ):
     """dK/dV's candidates are the 64- and 128-key tiles of its keys-first layout with
     KV_KEYS_AS_ROWS, the [queries, keys] ones without; the forward's and dQ/dU's are swept too.
     With no time left (a budget of 0 s) none is tried and the table stays the best."""
-    out = tmp_path / "tiles.json"
-    flag = "--kv-keys-as-rows" if keys_as_rows else "--no-kv-keys-as-rows"
-    _smoke("rectified_triton.py", "--sweep", flag, "--budget-s", "0", "--out", str(out))
+    flag = SWEEP_LAYOUTS[keys_as_rows]
+    out = smoke.sweeps / f"{flag}.json"
+    smoke("rectified_triton.py", "--sweep", flag, "--budget-s", "0", "--out", str(out))
     result = json.loads(out.read_text())
     assert result["best"] == result["table"] and result["best_vs_table_rel_error"] == 0.0
     assert {r["status"] for r in result["tried"]} == {"not tried: out of time"}
