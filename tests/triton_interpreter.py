@@ -61,19 +61,36 @@ def kernel_switches(kernel_module) -> tuple:
     )
 
 
-def switch_cases(kernel_module, cases: list[tuple], has_padding_mask) -> list:
-    """``pytest.param``s of ``("padding_spans", "kv_keys_as_rows", *case)`` (parametrize those two
-    indirectly): each case with dK/dV's tiles both ways, and with the mask read both ways where
-    ``has_padding_mask(*case)``, else as ``kernel_module`` ships it (no mask to read as spans)."""
-    import pytest
-
+def switch_cases(kernel_module, cases: list[tuple], has_padding_mask) -> list[tuple]:
+    """``with_switches``' cases ``(spans, keys, *case)``: each case with dK/dV's tiles both ways,
+    and with the mask read both ways where ``has_padding_mask(*case)``, else as ``kernel_module``
+    ships it (no mask to read as spans)."""
     shipped = (kernel_module.PADDING_SPANS,)
     return [
-        pytest.param(spans, keys, *case, id="-".join([switches_id(spans, keys), *map(str, case)]))
+        (spans, keys, *case)
         for case in cases
         for spans in ((False, True) if has_padding_mask(*case) else shipped)
         for keys in (False, True)
     ]
+
+
+def with_switches(names: tuple[str, ...], cases: list):
+    """Parametrize ``("padding_spans", "kv_keys_as_rows", *names)`` over ``cases``, the two
+    switches' fixtures indirectly: each case ``(spans, keys, *values)``, named by
+    ``switches_id`` and its values, or a ``pytest.param`` of them with its own id."""
+    import pytest
+
+    def named(case):
+        if hasattr(case, "marks"):  # a pytest.param
+            return case
+        spans, keys, *values = case
+        return pytest.param(*case, id="-".join([switches_id(spans, keys), *map(str, values)]))
+
+    return pytest.mark.parametrize(
+        ("padding_spans", "kv_keys_as_rows", *names),
+        [named(case) for case in cases],
+        indirect=["padding_spans", "kv_keys_as_rows"],
+    )
 
 
 def switch_fixture(kernel_module, switch: str, ids: tuple[str, str]):

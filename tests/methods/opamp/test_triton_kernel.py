@@ -20,7 +20,7 @@ from tests.triton_interpreter import (
     kernel_switches,
     one_way,
     switch_cases,
-    switches_id,
+    with_switches,
 )
 from zoomattn.attention import kernels
 from zoomattn.attention.math import attention_probs, repeat_kv, sdpa
@@ -106,10 +106,9 @@ def _per_branch(grads):
     return (*dq.chunk(2, dim=1), *dk.chunk(2, dim=1), dv)
 
 
-@pytest.mark.parametrize(
-    ("padding_spans", "kv_keys_as_rows", "scenario"),
+@with_switches(
+    ("scenario",),
     switch_cases(triton_kernel, [(s,) for s in SCENARIOS], lambda s: SCENARIOS[s][-1] is not None),
-    indirect=["padding_spans", "kv_keys_as_rows"],
 )
 def test_kernel_equals_materialised_formula_in_fp32_values_and_gradients(scenario):
     """Every row, those with no key included (0 and no gradient through them)."""
@@ -180,12 +179,7 @@ def test_a_padding_mask_reaches_the_kernels_as_key_spans_found_once_per_mask(mon
 
 
 # both switches off (the default) and both on: each alone runs with every test above it reaches
-@pytest.mark.parametrize(
-    ("padding_spans", "kv_keys_as_rows"),
-    [(False, False), (True, True)],
-    ids=[switches_id(False, False), switches_id(True, True)],
-    indirect=True,
-)
+@with_switches((), [(False, False), (True, True)])
 @pytest.mark.parametrize("scenario", TABLE_SCENARIOS)
 def test_kernel_at_the_cuda_tile_table_equals_materialised_formula_in_fp32(scenario):
     """At the tiles CUDA takes for bf16 (unequal, up to 128 rows; the decode tile for the step;
@@ -209,16 +203,11 @@ def test_a_call_of_few_queries_runs_the_forward_on_the_decode_tile_and_fp32_its_
 
 
 # each K with each switch off and on, and each pair of switches' values (6 cases of the 12)
-BF16_CASES = [(1.0, True, True), (1.0, False, False), (10.0, True, False), (10.0, False, True),
-              (20.0, True, True), (20.0, False, False)]  # fmt: skip
+BF16_CASES = [(True, True, 1.0), (False, False, 1.0), (True, False, 10.0), (False, True, 10.0),
+              (True, True, 20.0), (False, False, 20.0)]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("cmrr", "padding_spans", "kv_keys_as_rows"),
-    BF16_CASES,
-    ids=[f"{switches_id(spans, keys)}-{cmrr}" for cmrr, spans, keys in BF16_CASES],
-    indirect=["padding_spans", "kv_keys_as_rows"],
-)
+@with_switches(("cmrr",), BF16_CASES)
 def test_kernel_bf16_is_as_accurate_as_bf16_sdpa_in_values_and_gradients(cmrr):
     """Against the formula in fp64 on the same bf16 inputs, rows with no key left out, as the
     rectified kernel's test measures it: within 1.5× plain bf16 SDPA's error, across the study's
@@ -245,14 +234,13 @@ def test_kernel_bf16_is_as_accurate_as_bf16_sdpa_in_values_and_gradients(cmrr):
     assert grad_error <= 1.5 * sdpa_grad_error, (grad_error, sdpa_grad_error)
 
 
-@pytest.mark.parametrize(
-    ("padding_spans", "kv_keys_as_rows", "case"),
+@with_switches(
+    ("case",),
     switch_cases(
         triton_kernel,
         [("padded_prefill",), ("decoding_with_dropout",)],
         lambda case: case == "padded_prefill",
     ),
-    indirect=["padding_spans", "kv_keys_as_rows"],
 )
 def test_triton_path_equals_the_plain_path_through_adapters_with_parameter_gradients(case):
     """The whole path: batched adapters (dropout's masks drawn as the plain path draws them), the

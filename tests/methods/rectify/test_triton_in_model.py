@@ -3,7 +3,6 @@ transformers' masks and strides, every trainable parameter's gradient, activatio
 and the decoding steps, against the reference path, on the CPU through Triton's interpreter (the
 kernel alone against the formula: ``test_triton_kernel.py``)."""
 
-import pytest
 import torch
 from transformers import AutoConfig
 
@@ -20,7 +19,7 @@ from tests.methods.rectify.test_triton_kernel import (  # noqa: F401 (fixtures)
     switches_pairwise,
 )
 from tests.spies import record_returns
-from tests.triton_interpreter import interpreter_or_skip
+from tests.triton_interpreter import KEYS, SPANS, interpreter_or_skip, one_way
 from zoomattn.attention import kernels
 from zoomattn.attention.interface import attention_modules
 from zoomattn.methods.rectify import kernel as rectify_kernel
@@ -73,8 +72,8 @@ def test_a_trained_model_gives_the_reference_logits_and_gradients_through_the_fu
         torch.testing.assert_close(fused_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
-@pytest.mark.parametrize("padding_spans", [True], ids=["padding_spans"], indirect=True)
-@pytest.mark.parametrize("kv_keys_as_rows", [False], ids=["kv_queries_as_rows"], indirect=True)
+@one_way(SPANS, True)
+@one_way(KEYS, False)
 def test_gradient_checkpointing_recomputes_the_fused_kernel_to_the_same_gradients(
     base_dir, on_cuda_under_fused, monkeypatch
 ):

@@ -16,7 +16,7 @@ from tests.triton_interpreter import (
     kernel_switches,
     one_way,
     switch_cases,
-    switches_id,
+    with_switches,
 )
 from zoomattn.attention import kernels
 from zoomattn.methods.rectify import kernel as rectify_kernel
@@ -44,13 +44,7 @@ def switches_pairwise(name: str, values: tuple) -> pytest.MarkDecorator:
     first, second = values
     cases = [(True, True, first), (True, False, second), (False, True, second),
              (False, False, first)]  # fmt: skip
-    ids = [f"{switches_id(spans, keys)}-{value}" for spans, keys, value in cases]
-    return pytest.mark.parametrize(
-        ("padding_spans", "kv_keys_as_rows", name),
-        cases,
-        ids=ids,
-        indirect=["padding_spans", "kv_keys_as_rows"],
-    )
+    return with_switches((name,), cases)
 
 
 N = 24  # 16 + 8: two query tiles and two key tiles, the second ragged
@@ -102,11 +96,7 @@ FP32_CASES = switch_cases(
 )
 
 
-@pytest.mark.parametrize(
-    ("padding_spans", "kv_keys_as_rows", "name", "scenario"),
-    FP32_CASES,
-    indirect=["padding_spans", "kv_keys_as_rows"],
-)
+@with_switches(("name", "scenario"), FP32_CASES)
 def test_fused_equals_materialised_in_fp32_values_and_gradients(name, scenario):
     inputs, mask = _scenario(scenario, torch.float32)
     _assert_fused_is_materialised(Rectifier(name, 3.0), inputs, mask)

@@ -16,7 +16,7 @@ from tests.methods.rectify.test_triton_kernel import (  # noqa: F401 (autouse fi
     padding_spans,
     spans_as_shipped,
 )
-from tests.triton_interpreter import interpreter_or_skip, switches_id
+from tests.triton_interpreter import interpreter_or_skip, switches_id, with_switches
 from zoomattn.attention.math import sdpa
 from zoomattn.methods.rectify.kernel import (
     G_VARIANTS,
@@ -45,11 +45,7 @@ BF16_CASES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("padding_spans", "kv_keys_as_rows", "name", "xi", "split"),
-    BF16_CASES,
-    indirect=["padding_spans", "kv_keys_as_rows"],
-)
+@with_switches(("name", "xi", "split"), BF16_CASES)
 def test_fused_bf16_is_as_accurate_as_bf16_sdpa_in_values_and_gradients(
     name, xi, split, monkeypatch
 ):
@@ -62,13 +58,8 @@ def test_fused_bf16_is_as_accurate_as_bf16_sdpa_in_values_and_gradients(
     _assert_as_accurate_as_sdpa(name, xi, torch.bfloat16)
 
 
-@pytest.mark.parametrize(
-    ("padding_spans", "kv_keys_as_rows", "name"),
-    [
-        pytest.param(*switches, name, id=f"{switches_id(*switches)}-{name}")
-        for switches, name in zip(SWITCHES, G_VARIANTS, strict=True)
-    ],  # fmt: skip
-    indirect=["padding_spans", "kv_keys_as_rows"],
+@with_switches(
+    ("name",), [(*switches, name) for switches, name in zip(SWITCHES, G_VARIANTS, strict=True)]
 )  # each g once, each pair of switches once
 def test_fused_fp16_at_xi_10_is_as_accurate_as_fp16_sdpa_in_values_and_gradients(name):
     """fp16 inputs keep the output's rounding error for Δ as bf16 ones do (without it, 1.3-1.5×

@@ -21,16 +21,14 @@ from tests.methods.rectify.test_triton_kernel import (  # noqa: F401 (fixtures)
     padding_spans,
 )
 from tests.spies import record_returns
-from tests.triton_interpreter import interpreter_or_skip
+from tests.triton_interpreter import SPANS, interpreter_or_skip, one_way
 from zoomattn.attention import kernels
 from zoomattn.methods.rectify.kernel import Rectifier
 
 interpreter_or_skip("tests/gpu/test_rectify_triton_on_cuda.py")
 from zoomattn.methods.rectify import triton_kernel  # noqa: E402
 
-pytestmark = pytest.mark.parametrize(
-    "padding_spans", [True], ids=["padding_spans"], indirect=True
-)  # the switch acts on the spans only
+pytestmark = one_way(SPANS, True)  # the switch acts on the spans only
 
 
 @pytest.mark.parametrize("scenario", ["right_padded", "padded"])
