@@ -118,31 +118,32 @@ step rectify_decode 60 $py benchmarks/rectified_triton.py --decode 8 --lengths 4
 # g's logarithm as lg2.approx (the kernel's) against tl.log (libdevice's logf, before), each in its
 # own process on the same card: causal prefill at 4096 and 8192, then a decoding step
 ab="$py benchmarks/rectified_triton.py"
-step rectify_log_ab 120 bash -c "$ab --lengths 4096 8192 && $ab --libdevice-log --lengths 4096 8192 \
-  && $ab --decode 8 --lengths 8192 --padded 0.25 && $ab --libdevice-log --decode 8 --lengths 8192 \
-  --padded 0.25"
+step rectify_log_ab 120 bash benchmarks/each.sh "$ab --lengths 4096 8192" \
+  "$ab --libdevice-log --lengths 4096 8192" "$ab --decode 8 --lengths 8192 --padded 0.25" \
+  "$ab --libdevice-log --decode 8 --lengths 8192 --padded 0.25"
 # the kernels' special functions as one .ftz instruction each and g from one exponential (today's)
 # against Triton's own and g over the sorted triple (the kernels before 2026-11-27), each in its own
 # process on the same card: rectification causal at 4096 and 8192 and a decoding step, then
 # OpAmp's kernel padded at 8192
 op="$py benchmarks/opamp_triton.py --lengths 8192 --padded 0.25 --repeats 3"
 dec="--decode 8 --lengths 8192 --padded 0.25"
-step special_ab 200 bash -c "$ab --lengths 4096 8192 --repeats 3 \
-  && $ab --tritons-special --lengths 4096 8192 --repeats 3 && $ab $dec && $ab --tritons-special $dec \
-  && $op && $op --tritons-special"
+step special_ab 200 bash benchmarks/each.sh "$ab --lengths 4096 8192 --repeats 3" \
+  "$ab --tritons-special --lengths 4096 8192 --repeats 3" "$ab $dec" "$ab --tritons-special $dec" \
+  "$op" "$op --tritons-special"
 # a padding mask as bytes against each row's span of real keys (PADDING_SPANS, on since this
 # showed it faster on an H200, 2026-11-27), each in its own process on the same card, with
 # training's right padding (the padded rows see every real key) and generation's left padding
 # (their tiles skipped)
 sp="--lengths 4096 8192 --padded 0.25 --repeats 3"
-step rectify_spans_ab 200 bash -c "$ab --no-padding-spans $sp --padding-side right \
-  && $ab --padding-spans $sp --padding-side right && $ab --no-padding-spans $sp \
-  && $ab --padding-spans $sp"
+step rectify_spans_ab 200 bash benchmarks/each.sh \
+  "$ab --no-padding-spans $sp --padding-side right" "$ab --padding-spans $sp --padding-side right" \
+  "$ab --no-padding-spans $sp" "$ab --padding-spans $sp"
 # the backward's dZ in two parts (today) against rounded once (SPLIT_SCORE_GRADIENTS off: half
 # those products, loops 9-15 % shorter at sm_90), padded and causal, each in its own process
-step rectify_split_ab 100 bash -c "$ab --lengths 4096 8192 --padded 0.25 --repeats 3 \
-  && $ab --rounded-once --lengths 4096 8192 --padded 0.25 --repeats 3 \
-  && $ab --lengths 8192 --repeats 3 && $ab --rounded-once --lengths 8192 --repeats 3"
+step rectify_split_ab 100 bash benchmarks/each.sh \
+  "$ab --lengths 4096 8192 --padded 0.25 --repeats 3" \
+  "$ab --rounded-once --lengths 4096 8192 --padded 0.25 --repeats 3" \
+  "$ab --lengths 8192 --repeats 3" "$ab --rounded-once --lengths 8192 --repeats 3"
 # dK/dV's tiles as [keys, queries] (KV_KEYS_AS_ROWS, on at 16×128 since the H200 timed it under
 # left padding, 2026-11-27; compiled for sm_90 they take Hopper's warpgroup MMAs at 64 or 128
 # keys: triton_static.md) against the [queries, keys] tiles, each in its own process on the same
@@ -150,13 +151,13 @@ step rectify_split_ab 100 bash -c "$ab --lengths 4096 8192 --padded 0.25 --repea
 # then left padding, where 64 keys at 4 warps also runs (faster than 128 with the mask's bytes,
 # untimed with spans); rectify_tiles sweeps its tiles
 kv="--repeats 3 --padding-spans"
-step rectify_kv_ab 190 bash -c "$ab $kv --lengths 8192 --no-kv-keys-as-rows \
-  && $ab $kv --lengths 8192 --kv-keys-as-rows \
-  && $ab $kv --lengths 4096 8192 --padded 0.25 --padding-side right --no-kv-keys-as-rows \
-  && $ab $kv --lengths 4096 8192 --padded 0.25 --padding-side right --kv-keys-as-rows \
-  && $ab $kv --lengths 4096 8192 --padded 0.25 --no-kv-keys-as-rows \
-  && $ab $kv --lengths 4096 8192 --padded 0.25 --kv-keys-as-rows \
-  && $ab $kv --lengths 4096 8192 --padded 0.25 --kv-keys-as-rows --tiles '{\"kv\": [16, 64, 4, 2]}'"
+step rectify_kv_ab 190 bash benchmarks/each.sh "$ab $kv --lengths 8192 --no-kv-keys-as-rows" \
+  "$ab $kv --lengths 8192 --kv-keys-as-rows" \
+  "$ab $kv --lengths 4096 8192 --padded 0.25 --padding-side right --no-kv-keys-as-rows" \
+  "$ab $kv --lengths 4096 8192 --padded 0.25 --padding-side right --kv-keys-as-rows" \
+  "$ab $kv --lengths 4096 8192 --padded 0.25 --no-kv-keys-as-rows" \
+  "$ab $kv --lengths 4096 8192 --padded 0.25 --kv-keys-as-rows" \
+  "$ab $kv --lengths 4096 8192 --padded 0.25 --kv-keys-as-rows --tiles '{\"kv\": [16, 64, 4, 2]}'"
 # LKG-RALM with 2 of 32 heads fused taken apart (benchmarks/relevance_fusion.py: the flex kernel
 # alone, with and without log α's gradient), and the guided rows apart (flex.ROWS_APART, off: on an
 # H200 under right padding slower at 4096 tokens, faster at 8192): with 2 of 32 heads and with
@@ -203,7 +204,8 @@ step lkg_alpha_ab 240 $py benchmarks/relevance_fusion.py --cuda --padded 0.25 --
 # scores the mask allows) against computed, each in its own process on the same card, with key
 # spans
 sk="--repeats 3 --padding-spans --lengths 4096 8192 --padded 0.25 --padding-side right"
-step rectify_skip_ab 80 bash -c "$ab $sk --no-skip-padded-rows && $ab $sk --skip-padded-rows"
+step rectify_skip_ab 80 bash benchmarks/each.sh "$ab $sk --no-skip-padded-rows" \
+  "$ab $sk --skip-padded-rows"
 # a right-padded batch's plain SDPA with its mask and run causal (attention_kernels {plain: fused},
 # off until timed), alone, in OpAmp's stacked path and in LKG-RALM's 2-of-32 fusion, one process;
 # its lane test is in lane_attention
@@ -223,10 +225,10 @@ step opamp_padded 60 $py benchmarks/opamp_triton.py --lengths 8192 --padded 0.25
 # at 8 warps repeats them in its two warpgroups: triton_static.md)
 os="$py benchmarks/opamp_triton.py --lengths 4096 8192 --padded 0.25 --repeats 3"
 both="--padding-side right --padding-spans --kv-keys-as-rows"
-step opamp_switches_ab 320 bash -c "$os --padding-side right \
-  && $os --padding-side right --padding-spans && $os --padding-side right --kv-keys-as-rows \
-  && $os $both && $os && $os --padding-spans --kv-keys-as-rows \
-  && $os $both --tiles '{\"kv\": [16, 128, 8, 2]}' && $os $both --tiles '{\"kv\": [16, 64, 4, 2]}'"
+step opamp_switches_ab 320 bash benchmarks/each.sh "$os --padding-side right" \
+  "$os --padding-side right --padding-spans" "$os --padding-side right --kv-keys-as-rows" \
+  "$os $both" "$os" "$os --padding-spans --kv-keys-as-rows" \
+  "$os $both --tiles '{\"kv\": [16, 128, 8, 2]}'" "$os $both --tiles '{\"kv\": [16, 64, 4, 2]}'"
 step opamp_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/opamp_triton.py --sweep --lengths 4096 \
   --padded 0.25 --budget-s "${SWEEP_S:-150}" --out "$out/opamp_tiles.json"
 # OpAmp's stacked path with its adapters recomputed in backward (fused.RECOMPUTE_ADAPTERS, off

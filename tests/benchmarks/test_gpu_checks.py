@@ -2,13 +2,16 @@
 exists (a file renamed or a ``-k`` that matches nothing would cost a session's minutes and say
 nothing). The steps that select with ``-k`` run through the script's own commands, each one's
 pytest arguments then collected (``--collect-only``); the others name test files, which must
-exist."""
+exist. Every benchmark call of the script, likewise recorded, parses by its benchmark's own
+arguments."""
 
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 from tests import bare_image
 from zoomattn.config import ROOT
@@ -20,6 +23,20 @@ def _lane_steps() -> dict[str, str]:
     """Each lane step's name and its command, continuation lines joined."""
     text = SCRIPT.read_text().replace("\\\n", " ")
     return dict(re.findall(r'^step (lane_\w+) \d+ "\$\{lane\[@\]\}" (.*)$', text, re.M))
+
+
+def _recorder(tmp_path, prelude: str):
+    """A stand-in for the script's python, and the file it records to: the shell ``prelude``
+    ends the calls it does not record (``exit``) and may shift arguments; every other call
+    appends its arguments, as the shell passed them, to the record as one JSON list."""
+    record, recorder = tmp_path / "arguments.jsonl", tmp_path / "python"
+    recorder.write_text(
+        f"#!/bin/sh\n{prelude}"
+        f"{shlex.quote(sys.executable)} -I -c 'import json, sys; print(json.dumps(sys.argv[1:]))'"
+        f' "$@" >> {shlex.quote(str(record))}\n'
+    )
+    recorder.chmod(0o755)
+    return recorder, record
 
 
 def test_every_gpu_lane_step_names_test_files_that_exist():
@@ -38,14 +55,7 @@ def test_every_gpu_lane_step_that_selects_with_k_collects_tests(tmp_path):
     (tests/benchmarks/lane_selections.py), which must select tests."""
     selecting = [name for name, command in _lane_steps().items() if " -k " in command]
     assert "lane_switches" in selecting
-    record = tmp_path / "pytest-arguments.jsonl"
-    recorder = tmp_path / "python"
-    recorder.write_text(
-        '#!/bin/sh\n[ "$1 $2" = "-m pytest" ] || exit 1\nshift 2\n'
-        f"{shlex.quote(sys.executable)} -I -c 'import json, sys; print(json.dumps(sys.argv[1:]))'"
-        f' "$@" >> {shlex.quote(str(record))}\n'
-    )
-    recorder.chmod(0o755)
+    recorder, record = _recorder(tmp_path, '[ "$1 $2" = "-m pytest" ] || exit 1\nshift 2\n')
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": str(tmp_path),
@@ -96,6 +106,51 @@ def test_every_term_of_a_lane_steps_k_selection_matches_some_test():
     assert tests, done.stdout[-2000:] + done.stderr[-2000:]
     for term, step in terms.items():
         assert any(term.lower() in t for t in tests), (step, term)
+
+
+def test_every_benchmark_command_of_the_script_parses(tmp_path):
+    """A flag misspelt or a ``--tiles`` JSON mis-quoted would end its step at argument parsing on
+    the card, a session's minutes for nothing. The script runs every step with a recorder for its
+    python: the package probe and the lane's pytest calls succeed and record nothing, every
+    benchmark call records its arguments as the shell passed them (through benchmarks/each.sh for
+    the A/B steps). One process then hands each recorded call to its script's own parser
+    (tests/benchmarks/benchmark_arguments.py)."""
+    recorder, record = _recorder(tmp_path, 'case "$1" in -m|-c) exit 0;; esac\n')
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHON": str(recorder),
+           "BUDGET_S": "100000"}  # fmt: skip
+    subprocess.run(["bash", str(SCRIPT), str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                   text=True, timeout=300)  # fmt: skip
+    summary = (tmp_path / "summary.txt").read_text()
+    steps = re.findall(r"^step (\w+) ", SCRIPT.read_text(), re.M)
+    assert re.findall(r"^(\w+) rc=0 ", summary, re.M) == steps, summary
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    a_b = [call for call in calls if "--kv-keys-as-rows" in call and "--tiles" in call]
+    assert {json.dumps(json.loads(c[c.index("--tiles") + 1])) for c in a_b} == {
+        '{"kv": [16, 64, 4, 2]}',
+        '{"kv": [16, 128, 8, 2]}',
+    }  # the JSON as the shell's quoting passed it
+    scripts = {Path(script).name for script, *_ in calls}
+    assert {"rectified_triton.py", "opamp_triton.py", "gpu_paper.py"} <= scripts, scripts
+    verdicts = tmp_path / "verdicts.txt"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(ROOT / "tests/benchmarks/benchmark_arguments.py"),
+                           str(record), str(verdicts)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    refused = [
+        (call, verdict)
+        for call, verdict in zip(calls, verdicts.read_text().splitlines(), strict=True)
+        if verdict != "ok"
+    ]
+    assert not refused, refused
+
+
+def test_each_runs_every_command_past_a_failing_one_and_exits_with_the_first_failure():
+    done = subprocess.run(["bash", str(ROOT / "benchmarks/each.sh"), "exit 3", "echo ran",
+                           "echo 'quoted words'; exit 5"], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 3 and done.stdout == "ran\nquoted words\n", done
+    assert "status 3 from: exit 3" in done.stderr and "status 5 from: echo" in done.stderr
 
 
 def test_every_lkg_step_times_variants_the_benchmark_has_sdpa_first():
