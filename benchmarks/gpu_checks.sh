@@ -212,7 +212,8 @@ step rectify_skip_ab 80 bash benchmarks/each.sh "$ab $sk --no-skip-padded-rows" 
 step plain_ab 150 $py benchmarks/plain_padding.py --lengths 4096 8192 --repeats 3
 # the rectification kernel's tiles: a sweep per kernel at 4096 tokens under that mask, where the
 # kernels hold more registers (benchmarks/rectified_triton.py --sweep; docs/kernels.md); each
-# candidate's line reaches the log as it is timed, so a sweep cut short still tells
+# candidate's line reaches the log as it is timed, so a sweep cut short still tells; a candidate
+# that leaves the device unusable ends the sweep, its JSON keeping the rows and the error
 step rectify_tiles $((${SWEEP_S:-150} + 50)) $py benchmarks/rectified_triton.py --sweep --lengths 4096 \
   --padded 0.25 --budget-s "${SWEEP_S:-150}" --out "$out/rectified_tiles.json"
 # OpAmp's Triton kernel alone against the stacked SDPA call at 8192 under that mask, then its

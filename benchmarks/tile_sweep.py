@@ -177,17 +177,18 @@ def timed_variants(step, variants, repeats: int, device: str, trace: str | None 
 
 def try_tiles(table: dict, run, budget_s: float, device: str, per_kernel=None, candidates=None):
     """Each kernel's candidates (``candidates``, default ``SWEEP``; the first ``per_kernel`` of
-    each) with the others at
-    ``table``'s, timed by ``run(tiles, backward)``: the forward kernel forward alone, the two
-    others forward + backward. A candidate that does not compile or launch (registers, shared
-    memory) is recorded with its error; after ``budget_s`` seconds the rest are recorded as not
-    tried. Returns (every candidate's row, the table with each kernel's fastest tile)."""
+    each) with the others at ``table``'s, timed by ``run(tiles, backward)``: the forward kernel
+    forward alone, the two others forward + backward. A candidate that does not compile or launch
+    (registers, shared memory) is recorded with its error; after ``budget_s`` seconds, or once an
+    error has left the device unusable (``device_lost``), the rest are recorded as not tried.
+    Returns (every candidate's row, the table with each kernel's fastest tile)."""
     deadline, tried, candidates = time.monotonic() + budget_s, [], candidates or SWEEP
+    lost = None
     for name, tiles_of_kernel in candidates.items():
         for tile in tiles_of_kernel[:per_kernel]:
             row = {"kernel": name, "tile": list(tile)}
-            if time.monotonic() > deadline:
-                tried.append({**row, "status": "not tried: out of time"})
+            if lost or time.monotonic() > deadline:
+                tried.append({**row, "status": f"not tried: {lost or 'out of time'}"})
                 continue
             tiles, backward = {**table, name: tile}, name != "forward"
             try:
@@ -195,6 +196,8 @@ def try_tiles(table: dict, run, budget_s: float, device: str, per_kernel=None, c
                 tried.append({**row, "status": "ok", "ms": round(ms, 3)})
             except Exception as error:  # registers, shared memory: the tile does not fit
                 tried.append({**row, "status": f"{type(error).__name__}: {str(error)[:160]}"})
+                if device_lost(device):
+                    lost = f"the device was unusable after {name} {list(tile)}"
             print(json.dumps(tried[-1]), flush=True)
     best = dict(table)
     for name in candidates:
@@ -204,26 +207,45 @@ def try_tiles(table: dict, run, budget_s: float, device: str, per_kernel=None, c
     return tried, best
 
 
+def device_lost(device: str) -> bool:
+    """After an error: whether ``device`` still runs work. A tile that does not fit leaves CUDA as
+    it was; an illegal memory access breaks its context for the rest of the process."""
+    try:
+        torch.ones(1, device=device).add_(1).item()
+        return False
+    except RuntimeError:
+        return True
+
+
 def sweep_result(table, best, tried, run, baselines: dict, repeats, device, shape) -> dict:
     """The sweep's record: the baselines' times (``{name: step}``, plain SDPA first), the table's
     and the best table's forward + backward, each as a ratio to the first baseline, the best
-    table's output error to the table's, and every candidate's row (``tried``)."""
-    times = {f"{name}_ms": median_ms(fn, repeats, device) for name, fn in baselines.items()}
-    times["table_ms"] = median_ms(lambda: run(table, True), repeats, device)
-    times["best_ms"] = median_ms(lambda: run(best, True), repeats, device)
-    base = next(iter(times))
-    return {
+    table's output error to the table's, and every candidate's row (``tried``). Where those
+    timings fail (the device lost to a candidate), the rows and the error, not a crash that would
+    lose the rows."""
+    record = {
         "device": device_name(device),
         "shape": f"{shape}, bf16, fwd+bwd",
         "table": {k: list(t) for k, t in table.items()},
         "best": {k: list(t) for k, t in best.items()},
+    }
+    try:
+        times = {f"{name}_ms": median_ms(fn, repeats, device) for name, fn in baselines.items()}
+        times["table_ms"] = median_ms(lambda: run(table, True), repeats, device)
+        times["best_ms"] = median_ms(lambda: run(best, True), repeats, device)
+        error = rel_error(run(best, False), run(table, False))
+    except Exception as failed:
+        return {**record, "error": f"{type(failed).__name__}: {str(failed)[:300]}", "tried": tried}
+    base = next(iter(times))
+    return {
+        **record,
         **{key: round(ms, 3) for key, ms in times.items()},
         **{
             f"{key[:-3]}_vs_{base[:-3]}": round(ms / times[base], 3)
             for key, ms in times.items()
             if key != base
         },  # fmt: skip
-        "best_vs_table_rel_error": rel_error(run(best, False), run(table, False)),
+        "best_vs_table_rel_error": error,
         "tried": tried,
     }
 

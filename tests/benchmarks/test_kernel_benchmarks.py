@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests import bare_image
 from zoomattn.config import ROOT
@@ -228,3 +229,38 @@ def test_a_switch_set_for_one_call_is_put_back_as_it_was_even_after_an_error(til
     with pytest.raises(KeyError):
         tile_sweep.with_switch(triton_kernel, "KV_KEYS_AS_ROWS", not before, fails)
     assert triton_kernel.KV_KEYS_AS_ROWS is before
+
+
+def test_a_sweep_that_loses_the_device_records_every_row_and_the_error(tile_sweep, monkeypatch):
+    """A candidate that breaks the device (on CUDA an illegal address breaks the context for the
+    rest of the process) ends the sweep: the rows before it are kept, the rest are marked not
+    tried, and the record keeps them with the error instead of crashing on the baselines."""
+    table = {"forward": (64, 32, 4, 2), "kv": (16, 64, 8, 2)}
+    candidates = {"forward": [(64, 32, 4, 2), (128, 64, 8, 2), (128, 32, 8, 2)],
+                  "kv": [(16, 128, 8, 2)]}  # fmt: skip
+    broken = []
+
+    def run(tiles, backward):
+        if broken:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        if tiles["forward"] == (128, 64, 8, 2):
+            broken.append(tiles)
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return torch.zeros(2)
+
+    monkeypatch.setattr(tile_sweep, "device_lost", lambda device: bool(broken))
+    tried, best = tile_sweep.try_tiles(table, run, 60, "cpu", candidates=candidates)
+    assert [row["status"][:14] for row in tried] == [
+        "ok", "RuntimeError: ", "not tried: the", "not tried: the"
+    ]  # fmt: skip
+    assert "after forward [128, 64, 8, 2]" in tried[2]["status"]
+    assert best == table  # the one timed candidate is the table's own tile
+    record = tile_sweep.sweep_result(table, best, tried, run, {"sdpa": lambda: run(table, True)},
+                                     1, "cpu", "B=1")  # fmt: skip
+    assert record["tried"] == tried and "illegal memory access" in record["error"]
+    assert "sdpa_ms" not in record and record["best"] == {k: list(t) for k, t in table.items()}
+
+
+def test_a_device_that_runs_work_is_not_lost_and_one_that_cannot_is(tile_sweep):
+    assert tile_sweep.device_lost("cpu") is False
+    assert tile_sweep.device_lost("meta") is True  # no values to read back, as a broken context
