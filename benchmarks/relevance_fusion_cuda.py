@@ -29,7 +29,8 @@ padding as the module has it, since 2026-11-27 as each row's span of real keys
 (``flex.PADDING_SPANS``), and ``_mask_bytes`` reads the mask's bytes instead (the path before),
 for every head, two and the two alone.
 Time: median of CUDA-event-timed steps; memory: peak allocated during one step above what was
-allocated before it (the inputs).
+allocated before it (the inputs). A variant that fails is recorded with its error and the others
+go on (``measured_cells``).
 
     PYTHONPATH=$PWD python benchmarks/relevance_fusion.py --cuda [--padded F [--padding-side right]]
 """
@@ -188,6 +189,29 @@ def measure(variant: str, step, repeats: int) -> dict:
     }
 
 
+def measured_cells(variants, measure_one, line: dict, device: str) -> tuple[dict, str | None]:
+    """Each variant's cell, ``measure_one(variant)``, printed as a JSON line (``line`` and the
+    cell) as it is measured. A variant that fails (a compile the card refuses, its memory) gets
+    its error and the others go on; once a failure has left the device unusable
+    (``tile_sweep.device_lost``), the rest are marked not tried. Returns (the cells, why the
+    device was lost or None)."""
+    import tile_sweep
+
+    cells, lost = {}, None
+    for variant in variants:
+        if lost:
+            cells[variant] = {"error": f"not tried: {lost}"}
+        else:
+            try:
+                cells[variant] = measure_one(variant)
+            except Exception as error:
+                cells[variant] = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+                if tile_sweep.device_lost(device):
+                    lost = f"the device was unusable after {variant}"
+        print(json.dumps({**line, "variant": variant, **cells[variant]}), flush=True)
+    return cells, lost
+
+
 def main(args) -> None:
     import torch
 
@@ -195,21 +219,23 @@ def main(args) -> None:
 
     rows = []
     for n in args.lengths:
-        step, inputs_mib, n_passages, _ = steps(
+        step, inputs_mib, n_passages, forwards = steps(
             n, args.heads, args.kv_heads, args.head_dim, args.passage,
             padded=args.padded, side=args.padding_side,
         )  # fmt: skip
-        cells = {}
-        for variant in args.variants or VARIANTS:
-            if "2of32" in variant and max(TWO_OF_32) >= args.heads:
-                continue
-            cells[variant] = measure(variant, step, args.repeats)
-            line = {"n": n, "padded": args.padded, "side": args.padding_side}
-            line |= {"variant": variant, "passages": n_passages}
-            line |= cells[variant]
-            print(json.dumps(line), flush=True)
-        base = cells["sdpa"]
+        wanted = [v for v in args.variants or VARIANTS
+                  if "2of32" not in v or max(TWO_OF_32) < args.heads]  # fmt: skip
+        line = {"n": n, "padded": args.padded, "side": args.padding_side, "passages": n_passages}
+
+        def measure_one(variant, step=step):
+            return measure(variant, step, args.repeats)
+
+        cells, lost = measured_cells(wanted, measure_one, line, "cuda")
+        base = cells.get("sdpa", {})
         for variant, cell in cells.items():
+            if "error" in cell or "seconds" not in base:
+                rows.append({"n": n, "variant": variant, **cell})
+                continue
             rows.append(
                 {
                     "n": n,
@@ -222,7 +248,9 @@ def main(args) -> None:
                     / base["peak_above_inputs_mib"],
                 }
             )
-        del step
+        if lost:  # no other length can run in this process
+            break
+        del step, measure_one, forwards  # this length's inputs freed before the next's
         torch.cuda.empty_cache()
     meta = {
         "date": date.today().isoformat(),

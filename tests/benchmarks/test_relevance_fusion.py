@@ -3,6 +3,7 @@ backward guard lifted as in tests/methods/lkg/test_flex.py), a check of the step
 times, not a measurement: each runs forward and backward, and the variants that compute LKG-RALM's
 fusion give the same output."""
 
+import json
 import sys
 
 import pytest
@@ -83,3 +84,31 @@ def test_every_cuda_variant_steps_and_the_fused_ones_equal_the_bias_path(monkeyp
             out[variant], out["bias_2of32"][:, fused_heads], atol=2e-2, rtol=2e-2
         )
     assert (out["bias_all"] - out["sdpa"]).abs().max() > 0.1  # the fusion changes the output
+
+
+def test_a_variant_that_fails_is_recorded_and_the_others_go_on_unless_the_device_is_lost(
+    monkeypatch, capsys
+):
+    """On the card each variant compiles its own kernels (flex at other tiles, autotuned): one
+    that fails must not cost the step's other variants; one that leaves the device unusable ends
+    the step's measuring, the rest marked not tried."""
+    import tile_sweep
+
+    def measure_one(variant):
+        if variant.startswith("broken"):
+            raise RuntimeError(f"{variant} does not fit")
+        return {"seconds": 0.5}
+
+    line = {"n": 64}
+    variants = ["sdpa", "broken_tiles", "flex_2of32", "broken_device", "flex_all"]
+    cells, lost = relevance_fusion_cuda.measured_cells(variants, measure_one, line, "cpu")
+    assert lost is None and [cells[v].get("error", "ok")[:12] for v in variants] == [
+        "ok", "RuntimeError", "ok", "RuntimeError", "ok"
+    ]  # fmt: skip
+    monkeypatch.setattr(tile_sweep, "device_lost", lambda device: True)
+    cells, lost = relevance_fusion_cuda.measured_cells(variants, measure_one, line, "cpu")
+    assert lost == "the device was unusable after broken_tiles"
+    assert cells["sdpa"] == {"seconds": 0.5} and "does not fit" in cells["broken_tiles"]["error"]
+    assert all(cells[v]["error"] == f"not tried: {lost}" for v in variants[2:])
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [p["variant"] for p in printed] == variants * 2 and all(p["n"] == 64 for p in printed)
