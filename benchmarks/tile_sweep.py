@@ -15,10 +15,10 @@ import argparse
 import contextlib
 import json
 import os
-import pickle
 import statistics
 import time
 
+import allocator_trace
 import torch
 
 SWEEP = {
@@ -95,52 +95,6 @@ def peak_mib(fn) -> float:
     return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
-def live_at_peak(trace: list[dict], top: int = 8) -> tuple[float, list[dict]]:
-    """Replaying an allocator trace (``torch.cuda.memory._snapshot()["device_traces"][d]``, events
-    in order): the peak of the bytes allocated during it (MiB), and the ``top`` largest blocks
-    live at that peak, each with its MiB and where our code (zoomattn, benchmarks) allocated it.
-    A block freed but allocated before the trace began is not counted."""
-    live, now, peak, at_peak = {}, 0, 0, {}
-    for event in trace:
-        if event["action"] == "alloc":
-            live[event["addr"]] = event
-            now += event["size"]
-        elif event["action"] in ("free_requested", "free_completed") and event["addr"] in live:
-            now -= live.pop(event["addr"])["size"]
-        if now > peak:
-            peak, at_peak = now, dict(live)
-    blocks = sorted(at_peak.values(), key=lambda e: -e["size"])[:top]
-    return peak / 2**20, [{"mib": e["size"] / 2**20, "where": _ours(e["frames"])} for e in blocks]
-
-
-def _ours(frames: list[dict]) -> str:
-    """The innermost three frames in our code, innermost first (else the innermost frame)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    mine = [
-        f for f in frames if f["filename"].startswith(root) and "-packages" not in f["filename"]
-    ]
-    shown = mine[:3] or frames[:1]
-    return " < ".join(f"{os.path.basename(f['filename'])}:{f['line']} {f['name']}" for f in shown)
-
-
-def memory_trace(fn, path: str) -> dict:
-    """One call of ``fn`` under CUDA's allocator history: the snapshot pickled to ``path`` (for
-    pytorch.org/memory_viz or a later look) and ``live_at_peak`` of it."""
-    torch.cuda.synchronize()
-    torch.cuda.memory._record_memory_history(stacks="python", max_entries=200_000)
-    try:
-        fn()
-        torch.cuda.synchronize()
-        snapshot = torch.cuda.memory._snapshot()
-    finally:
-        torch.cuda.memory._record_memory_history(enabled=None)
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "wb") as f:
-        pickle.dump(snapshot, f)
-    peak, blocks = live_at_peak(snapshot["device_traces"][torch.cuda.current_device()])
-    return {"traced_peak_mib": peak, "live_at_peak": blocks, "snapshot": path}
-
-
 def rel_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
     """‖ours − reference‖ / ‖reference‖ in fp32."""
     ours, reference = ours.float(), reference.float()
@@ -150,22 +104,30 @@ def rel_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
 def timed_variants(step, variants, repeats: int, device: str, trace: str | None = None) -> dict:
     """Each variant's ``step(variant)``: its median milliseconds over ``repeats`` rounds, variants
     interleaved after one warm-up each (which compiles the kernels), and on CUDA its peak memory;
-    then every variant but the first (the baseline, plain SDPA) as a ratio to the first. With
-    ``trace`` (a path prefix, CUDA) each variant's step once more under ``memory_trace``."""
+    then every variant but the first (the baseline, plain SDPA) as a ratio to the first. A variant
+    whose warm-up fails gets ``<variant>_error`` and the others go on, unless it is the baseline
+    or the failure left the device unusable (``device_lost``): then the error is raised. With
+    ``trace`` (a path prefix, CUDA) each variant's step once more under ``allocator_trace``."""
+    row, base = {}, variants[0]
     for variant in variants:
-        step(variant)
+        try:
+            step(variant)
+        except Exception as error:
+            if variant == base or device_lost(device):
+                raise
+            row[f"{variant}_error"] = f"{type(error).__name__}: {str(error)[:300]}"
+    variants = [variant for variant in variants if f"{variant}_error" not in row]
     times = {variant: [] for variant in variants}
     for _ in range(repeats):
         for variant in variants:
             times[variant].append(once_ms(lambda v=variant: step(v), device))
-    row, base = {}, variants[0]
     for variant in variants:
         row[f"{variant}_ms"] = statistics.median(times[variant])
         if device == "cuda":
             row[f"{variant}_peak_mib_above_inputs"] = peak_mib(lambda v=variant: step(v))
         if device == "cuda" and trace:
             path = f"{trace}_{variant}.pickle"
-            row[f"{variant}_memory_trace"] = memory_trace(lambda v=variant: step(v), path)
+            row[f"{variant}_memory_trace"] = allocator_trace.traced(lambda v=variant: step(v), path)
     for variant in variants[1:]:
         row[f"{variant}_time_vs_{base}"] = row[f"{variant}_ms"] / row[f"{base}_ms"]
         if device == "cuda":

@@ -191,6 +191,8 @@ def tile_sweep(monkeypatch):
 
 
 def test_the_memory_trace_names_the_blocks_live_at_the_allocators_peak(tile_sweep):
+    allocator_trace = importlib.import_module("allocator_trace")  # tile_sweep's, on its path
+
     def event(action, addr, mib=0, where="x.py"):
         ours = str(ROOT / "zoomattn" / where)
         frames = [{"filename": "/site/torch/nn/f.py", "line": 1, "name": "inner"},
@@ -208,7 +210,7 @@ def test_the_memory_trace_names_the_blocks_live_at_the_allocators_peak(tile_swee
         event("free_requested", 4),
         event("alloc", 5, 8, "e.py"),
     ]
-    peak, blocks = tile_sweep.live_at_peak(trace, top=2)
+    peak, blocks = allocator_trace.live_at_peak(trace, top=2)
     assert peak == 88
     assert [b["mib"] for b in blocks] == [40, 32]
     assert blocks[0]["where"] == "d.py:7 ours"
@@ -264,3 +266,27 @@ def test_a_sweep_that_loses_the_device_records_every_row_and_the_error(tile_swee
 def test_a_device_that_runs_work_is_not_lost_and_one_that_cannot_is(tile_sweep):
     assert tile_sweep.device_lost("cpu") is False
     assert tile_sweep.device_lost("meta") is True  # no values to read back, as a broken context
+
+
+def test_a_variant_whose_warm_up_fails_is_left_out_with_its_error_and_the_others_timed(
+    tile_sweep, monkeypatch
+):
+    """One process times SDPA and several variants: a variant the card refuses costs only its own
+    row; the baseline's failure, or one that leaves the device unusable, is raised."""
+    ran = []
+
+    def step(variant):
+        ran.append(variant)
+        if variant.startswith("broken"):
+            raise RuntimeError(f"{variant}: out of resources")
+
+    row = tile_sweep.timed_variants(step, ["sdpa", "broken", "fused"], 2, "cpu")
+    assert row["broken_error"] == "RuntimeError: broken: out of resources"
+    assert {"sdpa_ms", "fused_ms", "fused_time_vs_sdpa"} <= set(row)
+    assert not {"broken_ms", "broken_time_vs_sdpa"} & set(row)
+    assert ran.count("broken") == 1 and ran.count("fused") == 3  # warm-up, then 2 rounds
+    with pytest.raises(RuntimeError, match="broken_sdpa"):
+        tile_sweep.timed_variants(step, ["broken_sdpa", "fused"], 2, "cpu")
+    monkeypatch.setattr(tile_sweep, "device_lost", lambda device: True)
+    with pytest.raises(RuntimeError, match="broken: out of resources"):
+        tile_sweep.timed_variants(step, ["sdpa", "broken", "fused"], 2, "cpu")
