@@ -33,6 +33,14 @@ deadline=$(($(date +%s) + ${BUDGET_S:-530}))
 # padded rows skipped (SKIP_PADDED_ROWS: off until timed) against computed
 FIRST="lane_rectify_triton lane_lkg_spans rectify_kv_ab rectify_skip_ab"
 [[ ${STEPS:-} == first ]] && STEPS=$FIRST
+# a name in STEPS that is no step's would run nothing and say nothing
+known=" $(sed -n 's/^step \([a-z0-9_]*\) .*/\1/p' "${BASH_SOURCE[0]}" | tr '\n' ' ')"
+for name in ${STEPS:-}; do
+  if [[ $known != *" $name "* ]]; then
+    echo "gpu_checks.sh: no step is named $name; the steps:$known" >&2
+    exit 2
+  fi
+done
 # the steps that need the project's packages, absent from the device tool's bare image
 NEEDS_INSTALL="attention overhead lane_distributed lane_methods lane_small_dag"
 installed=$($py -c "import bitsandbytes, datasets, jsonschema, mlflow, snakemake" 2>/dev/null && echo yes)
@@ -167,14 +175,16 @@ step lkg_heads 150 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192
   flex_2of32_alone_rows_apart flex_all flex_all_rows_apart
 # few fused heads leave SMs idle (64 forward programs for 2 heads at 4096 tokens at torch's sm_90
 # tiles): flex at tiles with twice the programs (flex.FEW_HEADS_TILES as flex.KERNEL_OPTIONS),
-# first against the formula in the gpu lane, then timed beside flex autotuned by inductor
-# (flex.AUTOTUNE; its compiles take a minute or more, and it prints every candidate's time and
-# the one it keeps to the log), the path and the two heads alone
+# first against the formula in the gpu lane, then timed, the path and the two heads alone; then,
+# in a step of its own so that its compiles (a minute or more per shape) cannot cost the fixed
+# tiles' timings, flex autotuned by inductor (flex.AUTOTUNE; it prints every candidate's time and
+# the one it keeps to the log), 4096 tokens first
 step lane_lkg_tiles 200 "${lane[@]}" tests/gpu/test_lkg_flex_tiles_on_cuda.py \
   -k "few_heads and not log_alpha"
-step lkg_tiles 240 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192 --repeats 5 \
-  --variants sdpa flex_2of32 flex_2of32_alone flex_2of32_small_tiles flex_2of32_alone_small_tiles \
-  flex_2of32_autotuned flex_2of32_alone_autotuned
+step lkg_tiles 150 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192 --repeats 5 \
+  --variants sdpa flex_2of32 flex_2of32_alone flex_2of32_small_tiles flex_2of32_alone_small_tiles
+step lkg_autotune 300 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8192 --repeats 5 \
+  --variants sdpa flex_2of32 flex_2of32_autotuned flex_2of32_alone flex_2of32_alone_autotuned
 # training's right padding read by flex's mask_mod as each row's span of real keys
 # (flex.PADDING_SPANS, on since this step timed it on an H200, 2026-11-27) instead of one mask
 # byte per score of a partial tile (the _mask_bytes variants, the path before): against the formula

@@ -121,8 +121,7 @@ def test_every_benchmark_command_of_the_script_parses(tmp_path):
     subprocess.run(["bash", str(SCRIPT), str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
                    text=True, timeout=300)  # fmt: skip
     summary = (tmp_path / "summary.txt").read_text()
-    steps = re.findall(r"^step (\w+) ", SCRIPT.read_text(), re.M)
-    assert re.findall(r"^(\w+) rc=0 ", summary, re.M) == steps, summary
+    assert re.findall(r"^(\w+) rc=0 ", summary, re.M) == _steps(), summary
     calls = [json.loads(line) for line in record.read_text().splitlines()]
     a_b = [call for call in calls if "--kv-keys-as-rows" in call and "--tiles" in call]
     assert {json.dumps(json.loads(c[c.index("--tiles") + 1])) for c in a_b} == {
@@ -153,6 +152,32 @@ def test_each_runs_every_command_past_a_failing_one_and_exits_with_the_first_fai
     assert "status 3 from: exit 3" in done.stderr and "status 5 from: echo" in done.stderr
 
 
+def _steps() -> list[str]:
+    return re.findall(r"^step (\w+) ", SCRIPT.read_text(), re.M)
+
+
+def test_a_step_name_that_is_no_steps_is_refused_with_the_steps_named(tmp_path):
+    """A misspelt name in STEPS would otherwise run nothing and say nothing: a session's call
+    spent on the machine's start-up alone."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": "/bin/false", "STEPS": "lane_attention lkg_tile"}
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and "no step is named lkg_tile;" in done.stderr, done
+    assert " lkg_tiles lkg_autotune " in done.stderr and not (tmp_path / "summary.txt").exists()
+
+
+def test_every_step_list_of_the_docs_names_steps_of_the_script():
+    """The step lists a session copies from docs/kernels.md ("What to run first", the whole set,
+    each ``STEPS="..."``) and the README's."""
+    steps, named = set(_steps()), []
+    for doc in (ROOT / "docs/kernels.md", ROOT / "README.md"):
+        text = doc.read_text().replace("\\\n", " ")
+        named += [n for group in re.findall(r'STEPS="([a-z0-9_ ]+)"', text) for n in group.split()]
+        named += [n for group in re.findall(r"^ +\d\. `([a-z0-9_ ]+)`", text, re.M)
+                  for n in group.split()]  # fmt: skip
+    assert len(set(named)) >= 31 and set(named) <= steps, sorted(set(named) - steps)
+
+
 def test_every_lkg_step_times_variants_the_benchmark_has_sdpa_first():
     """A variant the CUDA benchmark does not know would end its step at argument parsing, a
     session's minutes for nothing."""
@@ -162,7 +187,7 @@ def test_every_lkg_step_times_variants_the_benchmark_has_sdpa_first():
     text = SCRIPT.read_text().replace("\\\n", " ")
     steps = re.findall(r"^step (\w+) .*relevance_fusion\.py --cuda .*--variants ([\w ]+)$", text,
                        re.M)  # fmt: skip
-    assert {"lkg_heads", "lkg_tiles", "lkg_spans"} <= {name for name, _ in steps}
+    assert {"lkg_heads", "lkg_tiles", "lkg_autotune", "lkg_spans"} <= {name for name, _ in steps}
     for name, variants in steps:
         names = variants.split()
         assert names[0] == "sdpa" and set(names) <= set(relevance_fusion_cuda.VARIANTS), name
