@@ -29,7 +29,11 @@ def live_at_peak(trace: list[dict], top: int = 8) -> tuple[float, list[dict]]:
 
 
 def _ours(frames: list[dict]) -> str:
-    """The innermost three frames in our code, innermost first (else the innermost frame)."""
+    """The innermost three frames in our code, innermost first (else the innermost frame). A block
+    with no Python frame came from C++ with no Python caller, such as a backward that autograd's
+    engine runs on its own thread (the stacks are recorded as "python": C++'s slow the step)."""
+    if not frames:
+        return "no Python frame (C++: a backward op, say)"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     mine = [
         f for f in frames if f["filename"].startswith(root) and "-packages" not in f["filename"]

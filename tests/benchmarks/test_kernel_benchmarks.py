@@ -214,6 +214,8 @@ def test_the_memory_trace_names_the_blocks_live_at_the_allocators_peak(tile_swee
     assert peak == 88
     assert [b["mib"] for b in blocks] == [40, 32]
     assert blocks[0]["where"] == "d.py:7 ours"
+    engine = [{**event("alloc", 6, 100), "frames": []}]  # allocated by autograd's C++ engine
+    assert allocator_trace.live_at_peak(engine)[1][0]["where"].startswith("no Python frame")
 
 
 def test_a_switch_set_for_one_call_is_put_back_as_it_was_even_after_an_error(tile_sweep):
