@@ -5,14 +5,16 @@ from __future__ import annotations
 from gpu_paper_cells import LKG_FUSED_PER_LAYER
 
 STEP_GOAL = 1.25
-# issue 23's goals for the fused paths: variant -> (name, time / SDPA, memory / SDPA or None);
-# LKG-RALM's are stated at 4096 tokens, checked here at --goal-tokens like the others
+# issue 23's goals for the fused paths: variant -> (name, time / SDPA, memory / SDPA or None)
 ATTENTION_GOALS = {
     "opamp_fused": ("OpAmp", 2.2, 1.3),
     "opamp_triton": ("OpAmp (Triton kernel, opt-in)", 2.2, 1.3),
     "rectified_fused": ("Rectified", 3.0, 1.5),
     "lkg_fusion_fused": ("LKG-RALM fusion", 1.3, 1.2),
 }
+# the length a goal is stated at, where not --goal-tokens (OpAmp's 8192, rectification's);
+# a run that did not measure it checks the goal at --goal-tokens, and says so
+STATED_TOKENS = {"lkg_fusion_fused": 4096}
 
 
 def goals(steps: list[dict], attention: list[dict], goal_tokens: int) -> list[dict]:
@@ -26,8 +28,11 @@ def goals(steps: list[dict], attention: list[dict], goal_tokens: int) -> list[di
             "met": all(r["step_vs_qlora"] is not None and r["step_vs_qlora"] <= STEP_GOAL
                        for r in methods),
         })  # fmt: skip
-    at_goal = {r["variant"]: r for r in attention if r["tokens"] == goal_tokens}
+    measured_tokens = {r["tokens"] for r in attention}
     for variant, (name, time_goal, memory_goal) in ATTENTION_GOALS.items():
+        tokens = STATED_TOKENS.get(variant, goal_tokens)
+        tokens = tokens if tokens in measured_tokens else goal_tokens
+        at_goal = {r["variant"]: r for r in attention if r["tokens"] == tokens}
         r, old = at_goal.get(variant, {}), at_goal.get(reference_variant(variant), {})
         time, memory = r.get("time_vs_sdpa"), r.get("memory_vs_sdpa")
         goal = f"{name} attention fwd+bwd, fused: ≤ {time_goal}× SDPA's time"
@@ -39,7 +44,7 @@ def goals(steps: list[dict], attention: list[dict], goal_tokens: int) -> list[di
         )  # fmt: skip
         met = time is not None and time <= time_goal
         met = met and (memory_goal is None or memory is not None and memory <= memory_goal)
-        out.append({"goal": f"{goal} at {goal_tokens} tokens", "measured": measured, "met": met})
+        out.append({"goal": f"{goal} at {tokens} tokens", "measured": measured, "met": met})
     return out
 
 

@@ -129,3 +129,22 @@ def test_attention_only_measures_the_attention_functions_and_no_model(tmp_path, 
     assert goals == ["OpAmp", "OpAmp", "Rectified", "LKG-RALM"]  # OpAmp's Triton kernel second
     assert data["goals"][1]["measured"] == data["goals"][2]["measured"] == "not measured"
     assert "--attention-only: no training step" in (tmp_path / "gpu_paper.md").read_text()
+
+
+def test_each_attention_goal_is_checked_at_the_length_it_is_stated_at(monkeypatch):
+    """LKG-RALM's goal is stated at 4096 tokens, the others at --goal-tokens (8192): a run that
+    measured 4096 checks LKG-RALM there; one that did not checks it at --goal-tokens, saying so."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    report = importlib.import_module("gpu_paper_report")
+
+    def row(tokens, variant, time):
+        return {"tokens": tokens, "variant": variant, "time_vs_sdpa": time, "memory_vs_sdpa": 1.0}
+
+    attention = [row(n, "lkg_fusion_fused", time) for n, time in ((4096, 1.2), (8192, 3.0))]
+    attention += [row(n, "rectified_fused", 2.0) for n in (4096, 8192)]
+    checked = {g["goal"].split()[0]: g for g in report.goals([], attention, 8192)}
+    assert checked["LKG-RALM"]["goal"].endswith("at 4096 tokens") and checked["LKG-RALM"]["met"]
+    assert checked["Rectified"]["goal"].endswith("at 8192 tokens")
+    unstated = report.goals([], [r for r in attention if r["tokens"] == 8192], 8192)
+    lkg = next(g for g in unstated if g["goal"].startswith("LKG-RALM"))
+    assert lkg["goal"].endswith("at 8192 tokens") and not lkg["met"]
