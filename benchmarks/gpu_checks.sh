@@ -159,7 +159,7 @@ step rectify_split_ab 100 bash benchmarks/each.sh \
 # then left padding, where 64 keys at 4 warps also runs (faster than 128 with the mask's bytes,
 # untimed with spans); rectify_tiles sweeps its tiles
 kv="--repeats 3 --padding-spans"
-step rectify_kv_ab 190 bash benchmarks/each.sh "$ab $kv --lengths 8192 --no-kv-keys-as-rows" \
+step rectify_kv_ab 150 bash benchmarks/each.sh "$ab $kv --lengths 8192 --no-kv-keys-as-rows" \
   "$ab $kv --lengths 8192 --kv-keys-as-rows" \
   "$ab $kv --lengths 4096 8192 --padded 0.25 --padding-side right --no-kv-keys-as-rows" \
   "$ab $kv --lengths 4096 8192 --padded 0.25 --padding-side right --kv-keys-as-rows" \
@@ -193,8 +193,9 @@ step lkg_autotune 300 $py benchmarks/relevance_fusion.py --cuda --lengths 4096 8
 # timed under a mask of 25% right padding, SDPA under the same
 # mask as the baseline (the step above times causal without a mask, where flex reads none); and
 # the guided rows apart there (the padding is OTHER, as the model's segments make it, so the rows
-# apart are the question and answer rows alone, as without the mask)
-step lane_lkg_spans 150 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py \
+# apart are the question and answer rows alone, as without the mask). The lane step compiles
+# about six flex graphs, 10-18 s each on an H200 (2026-11-27): its limit leaves room for them
+step lane_lkg_spans 190 "${lane[@]}" tests/gpu/test_lkg_flex_on_cuda.py \
   -k "padding_spans and not log_alpha or checkpointing and not log_alpha"
 step lkg_spans 240 $py benchmarks/relevance_fusion.py --cuda --padded 0.25 --padding-side right \
   --lengths 4096 8192 --repeats 5 --variants sdpa flex_2of32 flex_2of32_mask_bytes \

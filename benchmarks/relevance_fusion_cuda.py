@@ -205,7 +205,7 @@ def measured_cells(variants, measure_one, line: dict, device: str) -> tuple[dict
             try:
                 cells[variant] = measure_one(variant)
             except Exception as error:
-                cells[variant] = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+                cells[variant] = {"error": tile_sweep.failure(error)}
                 if tile_sweep.device_lost(device):
                     lost = f"the device was unusable after {variant}"
         print(json.dumps({**line, "variant": variant, **cells[variant]}), flush=True)

@@ -115,7 +115,7 @@ def timed_variants(step, variants, repeats: int, device: str, trace: str | None 
         except Exception as error:
             if variant == base or device_lost(device):
                 raise
-            row[f"{variant}_error"] = f"{type(error).__name__}: {str(error)[:300]}"
+            row[f"{variant}_error"] = failure(error)
     variants = [variant for variant in variants if f"{variant}_error" not in row]
     times = {variant: [] for variant in variants}
     for _ in range(repeats):
@@ -157,7 +157,7 @@ def try_tiles(table: dict, run, budget_s: float, device: str, per_kernel=None, c
                 ms = median_ms(lambda t=tiles, b=backward: run(t, b), 3, device)
                 tried.append({**row, "status": "ok", "ms": round(ms, 3)})
             except Exception as error:  # registers, shared memory: the tile does not fit
-                tried.append({**row, "status": f"{type(error).__name__}: {str(error)[:160]}"})
+                tried.append({**row, "status": failure(error, 160)})
                 if device_lost(device):
                     lost = f"the device was unusable after {name} {list(tile)}"
             print(json.dumps(tried[-1]), flush=True)
@@ -167,6 +167,11 @@ def try_tiles(table: dict, run, budget_s: float, device: str, per_kernel=None, c
         if timed:
             best[name] = tuple(min(timed, key=lambda r: r["ms"])["tile"])
     return tried, best
+
+
+def failure(error: Exception, limit: int = 300) -> str:
+    """A failed variant's or candidate's record: the error's type and its message's start."""
+    return f"{type(error).__name__}: {str(error)[:limit]}"
 
 
 def device_lost(device: str) -> bool:
@@ -197,7 +202,7 @@ def sweep_result(table, best, tried, run, baselines: dict, repeats, device, shap
         times["best_ms"] = median_ms(lambda: run(best, True), repeats, device)
         error = rel_error(run(best, False), run(table, False))
     except Exception as failed:
-        return {**record, "error": f"{type(failed).__name__}: {str(failed)[:300]}", "tried": tried}
+        return {**record, "error": failure(failed), "tried": tried}
     base = next(iter(times))
     return {
         **record,

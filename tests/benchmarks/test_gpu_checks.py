@@ -25,6 +25,11 @@ def _lane_steps() -> dict[str, str]:
     return dict(re.findall(r'^step (lane_\w+) \d+ "\$\{lane\[@\]\}" (.*)$', text, re.M))
 
 
+def _steps() -> list[str]:
+    """Every step's name, in the script's order."""
+    return re.findall(r"^step (\w+) ", SCRIPT.read_text(), re.M)
+
+
 def _recorder(tmp_path, prelude: str):
     """A stand-in for the script's python, and the file it records to: the shell ``prelude``
     ends the calls it does not record (``exit``) and may shift arguments; every other call
@@ -150,10 +155,6 @@ def test_each_runs_every_command_past_a_failing_one_and_exits_with_the_first_fai
                           timeout=60)  # fmt: skip
     assert done.returncode == 3 and done.stdout == "ran\nquoted words\n", done
     assert "status 3 from: exit 3" in done.stderr and "status 5 from: echo" in done.stderr
-
-
-def _steps() -> list[str]:
-    return re.findall(r"^step (\w+) ", SCRIPT.read_text(), re.M)
 
 
 def test_a_step_name_that_is_no_steps_is_refused_with_the_steps_named(tmp_path):
