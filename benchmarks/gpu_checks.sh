@@ -24,6 +24,7 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} ZOOMATTN_SKIP_SLURM=1
 py=${PYTHON:-python3}
 log=$out/checks.log
+touch "$log"
 deadline=$(($(date +%s) + ${BUDGET_S:-530}))
 
 # a session's first call, on the bare image: the defaults turned on after the H200 run of
@@ -46,7 +47,7 @@ NEEDS_INSTALL="attention overhead lane_distributed lane_methods lane_small_dag"
 installed=$($py -c "import bitsandbytes, datasets, jsonschema, mlflow, snakemake" 2>/dev/null && echo yes)
 
 step() { # name, limit in seconds, command...
-  local name=$1 limit=$2 left t0 rc
+  local name=$1 limit=$2 left t0 rc start
   shift 2
   [[ -n ${STEPS:-} && " $STEPS " != *" $name "* ]] && return
   if [[ -z $installed && " $NEEDS_INSTALL " == *" $name "* ]]; then
@@ -60,11 +61,13 @@ step() { # name, limit in seconds, command...
     echo "$name skipped: no time left" | tee -a "$out/summary.txt"
     return
   fi
-  t0=$(date +%s)
+  t0=$(date +%s) start=$(($(wc -c <"$log") + 1))
   echo "=== $name (limit ${limit}s): $*" >>"$log"
   timeout "$limit" "$@" >>"$log" 2>&1
   rc=$?
   echo "$name rc=$rc $(($(date +%s) - t0))s" | tee -a "$out/summary.txt"
+  # an A/B step's variants that failed (benchmarks/each.sh names each), under the step's line
+  tail -c "+$start" "$log" | grep '^each.sh: status' | sed 's/^/  /' | tee -a "$out/summary.txt"
 }
 
 {

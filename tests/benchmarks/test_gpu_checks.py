@@ -157,6 +157,25 @@ def test_each_runs_every_command_past_a_failing_one_and_exits_with_the_first_fai
     assert "status 3 from: exit 3" in done.stderr and "status 5 from: echo" in done.stderr
 
 
+def test_an_a_b_steps_failed_variants_are_named_under_its_line_in_the_summary(tmp_path):
+    """The summary a session reads first says which of an A/B step's variants failed, not only
+    the step's status (the first failure's), and the variant after the failure still ran."""
+    stand_in = tmp_path / "python"
+    stand_in.write_text('#!/bin/sh\necho "ran $*"\n'
+                        'case " $* " in *" --no-skip-padded-rows "*) exit 3;; esac\n')  # fmt: skip
+    stand_in.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(stand_in), "STEPS": "rectify_skip_ab"}
+    subprocess.run(["bash", str(SCRIPT), str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                   text=True, timeout=60)  # fmt: skip
+    summary = (tmp_path / "summary.txt").read_text()
+    step = re.search(r"^rectify_skip_ab rc=3 \d+s\n  each.sh: status 3 from: .*\n", summary, re.M)
+    assert step and step.group(0).rstrip().endswith("--no-skip-padded-rows"), summary
+    assert summary.count("each.sh:") == 1
+    log = (tmp_path / "checks.log").read_text()
+    ran = re.findall(r"^ran benchmarks/rectified_triton.py .*", log, re.M)
+    assert len(ran) == 2 and ran[1].endswith(" --skip-padded-rows"), ran  # the one after it too
+
+
 def test_a_step_name_that_is_no_steps_is_refused_with_the_steps_named(tmp_path):
     """A misspelt name in STEPS would otherwise run nothing and say nothing: a session's call
     spent on the machine's start-up alone."""
