@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from zoomattn import gpus
 from zoomattn.placement import Placement
@@ -27,7 +28,11 @@ CLAIMER = (
 
 @pytest.fixture
 def machine(tmp_path, monkeypatch):
-    """A pretend machine with the cards of ``LISTING`` (or another listing), locks in tmp_path."""
+    """A pretend machine with the cards of ``LISTING`` (or another listing), locks in tmp_path.
+    On a machine with a GPU, this test process may already have initialised CUDA (the gpu lane;
+    bitsandbytes asks each card for its compute capability at import): the pretend machine's
+    process has not."""
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.setenv(gpus.ENV_LOCK_DIR, str(tmp_path / "locks"))
@@ -154,6 +159,15 @@ def test_without_cards_a_cuda_job_fails_and_says_why(machine, monkeypatch):
     monkeypatch.setenv("PATH", "")
     with pytest.raises(RuntimeError, match="nvidia-smi is not on PATH.*planned for CUDA"):
         gpus.claim(1)
+
+
+def test_a_claim_after_cuda_was_initialised_fails_since_cuda_reads_the_cards_once(
+    machine, monkeypatch
+):
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(RuntimeError, match="claim GPUs before CUDA is initialised"):
+        gpus.claim(1)
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
 
 
 def test_a_job_wanting_more_cards_than_the_machine_has_fails_rather_than_waits(machine):
