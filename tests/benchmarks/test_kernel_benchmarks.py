@@ -52,7 +52,9 @@ def _run(command: tuple[str, ...]) -> subprocess.CompletedProcess:
     import of a package only the project installs fails here, as it would fail there)."""
     script, *args = command
     cmd = [*bare_image.RUN, f"benchmarks/{script}", "--smoke", *args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's zoomattn
+    # this checkout's zoomattn, before what the caller put first (bin/test-triton-version: a Triton)
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 

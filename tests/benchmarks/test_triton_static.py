@@ -101,7 +101,9 @@ def _in_own_processes(scripts: list[str], tmp_path_factory) -> list[dict]:
     compile (and which ran OpAmp's backward kernels that failed to compile for any GPU unless
     BLOCK_M = BLOCK_N)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = f"{ROOT / 'benchmarks'}{os.pathsep}{ROOT}"
+    # the benchmarks and this checkout first, then the caller's (bin/test-triton-version: a Triton)
+    paths = [str(ROOT / "benchmarks"), str(ROOT), *filter(None, [env.get("PYTHONPATH")])]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
     running = []
     for script in scripts:  # each with its own empty cache: no earlier run's kernels
         env["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton"))
