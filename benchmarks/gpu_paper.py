@@ -38,7 +38,7 @@ import platform  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 from datetime import date  # noqa: E402
-from importlib.metadata import version  # noqa: E402
+from importlib.metadata import PackageNotFoundError, version  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
@@ -262,6 +262,13 @@ def git_commit() -> str:
         return "unknown"
 
 
+def installed_version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "absent"
+
+
 def device_name(device: str) -> str:
     if device == "cuda":
         return torch.cuda.get_device_name()
@@ -338,7 +345,9 @@ def main() -> None:
         "device": device_name(device),
         "date": date.today().isoformat(),
         "commit": git_commit(),
-        **{lib: version(lib) for lib in ("torch", "transformers", "bitsandbytes", "peft")},
+        "torch": torch.__version__,  # the build: +cu130, +cpu (its package metadata may omit it)
+        **{lib: version(lib) for lib in ("transformers", "bitsandbytes", "peft")},
+        "triton": installed_version("triton"),  # compiles the fused kernels on CUDA
         "smoke": args.smoke,
         "attention_only": args.attention_only,
         "preset": "paper",

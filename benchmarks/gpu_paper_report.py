@@ -65,8 +65,9 @@ def markdown(data: dict) -> str:
         "# The paper preset's methods on one GPU (benchmarks/gpu_paper.py)",
         "",
         f"**{m['device']}** · {m['date']} · commit {m['commit']} · torch {m['torch']} · "
-        f"transformers {m['transformers']} · bitsandbytes {m['bitsandbytes']} · "
-        f"peft {m['peft']}" + (" · **smoke run: CPU, tiny shapes, no measurement**" * m["smoke"]),
+        f"triton {m.get('triton', 'not recorded')} · transformers {m['transformers']} · "
+        f"bitsandbytes {m['bitsandbytes']} · peft {m['peft']}"
+        + (" · **smoke run: CPU, tiny shapes, no measurement**" * m["smoke"]),
         "",
         f"Random Llama model: hidden {s['hidden']}, {s['layers']} layers, {s['heads']} heads, "
         f"{s['kv_heads']} KV heads, intermediate {s['intermediate']}, vocab {s['vocab']}; 4-bit "

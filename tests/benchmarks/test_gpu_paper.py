@@ -5,6 +5,7 @@ import importlib
 import json
 import subprocess
 import sys
+from importlib import metadata
 
 import pytest
 import torch
@@ -95,6 +96,7 @@ def test_smoke_names_the_device_versions_and_goals(smoke):
     meta = data["meta"]
     assert meta["smoke"] and meta["device"].startswith("CPU") and meta["device"] in md
     assert meta["torch"] == torch.__version__ and meta["commit"] and meta["layers_used"] == [2]
+    assert meta["triton"] == metadata.version("triton") and f"triton {meta['triton']}" in md
     assert [g["goal"].split()[0] for g in data["goals"]] == [
         "every",
         "OpAmp",
