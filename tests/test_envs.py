@@ -43,9 +43,9 @@ def test_conda_envs_use_the_locked_versions():
             assert lock[name] == version, f"{env.name}: {name}=={version}"
 
 
-# What a CUDA build of torch 2.13.0 pins itself (its Linux wheel's Requires-Dist: PyTorch 2.13's
-# release pins Triton 3.7.1). The CPU build installed here pins none of it, so no install on this
-# machine would show a conflict; on every GPU machine it makes the install fail.
+# What a CUDA build of torch 2.13.0 pins itself (the Requires-Dist of PyPI's Linux wheel, which
+# bin/check-gpu-install resolves). The CPU build installed here pins none of it, so no install on
+# this machine would show a conflict; on every GPU machine it makes the install fail.
 PINNED_BY_CUDA_TORCH = {"triton": "3.7.1"}
 
 
