@@ -19,12 +19,13 @@ def _lock() -> dict[str, str]:
     return pins
 
 
+def _pins(path) -> list[str]:
+    """A requirements file's lines, comments and blank lines left out."""
+    return [x for x in path.read_text().splitlines() if x.strip() and not x.startswith("#")]
+
+
 def test_every_dependency_is_pinned_exactly_and_torch_is_2_13_0():
-    lines = [
-        x
-        for x in (ROOT / "requirements.in").read_text().splitlines()
-        if x.strip() and not x.startswith("#")
-    ]
+    lines = _pins(ROOT / "requirements.in")
     assert all("==" in x for x in lines), [x for x in lines if "==" not in x]
     assert _lock()["torch"] == "2.13.0"
 
@@ -55,10 +56,6 @@ def test_no_install_file_pins_another_version_of_what_cuda_torch_pins():
         assert lock.get(name, version) == version, f"requirements.lock: {name}=={lock[name]}"
         for env in sorted((ROOT / "envs").glob("*.yaml")):
             assert _env_pins(env).get(name, version) == version, env.name
-
-
-def _pins(path) -> list[str]:
-    return [x for x in path.read_text().splitlines() if x.strip() and not x.startswith("#")]
 
 
 def test_the_cpu_only_lock_pins_triton_exactly_for_the_interpreter():
